@@ -1,0 +1,76 @@
+"""hpu_nb: train with PyTorch Lightning on Intel Gaudi (HPU) from a notebook — or on an emulated Gaudi anywhere.
+
+Importing this package is cheap: it imports neither torch nor Lightning, touches no device and starts no
+subprocess. Public names load on first use; Lightning learns about "hpu" when it is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "HPUAccelerator": "hpu_nb.core.accelerator",
+    "is_fp8_available": "hpu_nb.core.accelerator",
+    "is_fp16_available": "hpu_nb.core.accelerator",
+    "SingleHPUStrategy": "hpu_nb.core.strategies.single",
+    "HPUParallelStrategy": "hpu_nb.core.strategies.parallel",
+    "HPUDDPStrategy": "hpu_nb.core.strategies.parallel",
+    "HPUDeepSpeedStrategy": "hpu_nb.core.strategies.deepspeed",
+    "HPUDeepSpeedPrecisionPlugin": "hpu_nb.core.strategies.deepspeed",
+    "HPUFSDPStrategy": "hpu_nb.core.strategies.fsdp",
+    "HPUFSDPPrecision": "hpu_nb.core.strategies.fsdp",
+    "HPUPrecisionPlugin": "hpu_nb.core.precision",
+    "HPUCheckpointIO": "hpu_nb.core.checkpoint_io",
+    "HPUProfiler": "hpu_nb.core.profiler",
+    "MemoryMonitor": "hpu_nb.notebook.memory_monitor",
+    "TrainerConfigWidget": "hpu_nb.notebook.config_widget",
+    "PrecisionConfigWidget": "hpu_nb.notebook.config_widget",
+    "TraceViewer": "hpu_nb.notebook.trace_viewer",
+    "HPUOutOfMemoryError": "hpu_nb.runtime",
+    "HPUNotAvailableError": "hpu_nb.runtime",
+    "get_backend": "hpu_nb.runtime",
+}
+_SUBPACKAGES = ("runtime", "core", "traces", "notebook")
+
+__all__ = sorted(_EXPORTS) + ["load_ipython_extension", "unload_ipython_extension"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module = importlib.import_module(_EXPORTS[name])
+        try:
+            value = getattr(module, name)
+        except AttributeError:
+            raise AttributeError(f"hpu_nb.{name} is not available in this version ({_EXPORTS[name]}).") from None
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"hpu_nb.{name}")
+    raise AttributeError(f"module 'hpu_nb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBPACKAGES))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext hpu_nb`."""
+    from hpu_nb.notebook.extension import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """`%unload_ext hpu_nb`."""
+    from hpu_nb.notebook.extension import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
+from hpu_nb import _lightning_hook  # noqa: E402
+
+_lightning_hook.install()

@@ -1,0 +1,1 @@
+"""Lightning integration for Gaudi: accelerator, strategies, precision, checkpoint IO, profiler."""

@@ -1,0 +1,145 @@
+"""HPUAccelerator: Lightning's view of a Gaudi card (real or emulated), in the shape of CUDAAccelerator."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import torch
+from lightning.fabric.accelerators.registry import _AcceleratorRegistry
+from lightning.fabric.utilities.types import _DEVICE
+from lightning.pytorch.accelerators.accelerator import Accelerator
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+from hpu_nb.runtime import get_backend
+
+
+class HPUAccelerator(Accelerator):
+    """Accelerator for Intel Gaudi devices; on a machine without one, for the emulated Gaudi."""
+
+    def setup_device(self, device: torch.device) -> None:
+        expected = get_backend().root_device().type
+        if device.type != expected:
+            raise MisconfigurationException(f"Device should be {expected!r} for the {get_backend().describe()}, got {device}.")
+
+    def setup(self, trainer: Any) -> None:
+        backend = get_backend()
+        if backend.is_emulated:
+            rank_zero_info(f"HPU available: True, using: emulated Gaudi ({backend.device_name()} on the CPU)")
+
+    def get_device_stats(self, device: _DEVICE = None) -> dict[str, Any]:
+        """The ten Gaudi memory counters (Limit, InUse, MaxInUse, NumAllocs, ...)."""
+        return get_backend().memory_stats(_device_index(device))
+
+    def teardown(self) -> None:
+        pass
+
+    @staticmethod
+    def parse_devices(devices: Union[int, str, list[int]]) -> int:
+        """Number of HPUs to use, from 1 / "2" / "auto" / -1; anything else is a clear error."""
+        return _parse_hpus(devices)
+
+    @staticmethod
+    def get_parallel_devices(devices: Union[int, str]) -> list[torch.device]:
+        count = _parse_hpus(devices)
+        root = get_backend().root_device()
+        return [root] * count
+
+    @staticmethod
+    def auto_device_count() -> int:
+        """All Gaudi cards on a Gaudi; one emulated card unless HPU_NB_DEVICE_COUNT asks for more."""
+        backend = get_backend()
+        if backend.is_emulated and not getattr(backend, "device_count_is_explicit", True):
+            return 1
+        return backend.device_count()
+
+    @staticmethod
+    def is_available() -> bool:
+        return get_backend().is_available()
+
+    @staticmethod
+    def get_device_name() -> str:
+        backend = get_backend()
+        return backend.device_name() + (" (emulated)" if backend.is_emulated else "")
+
+    @staticmethod
+    def is_lazy() -> bool:
+        return get_backend().is_lazy()
+
+    @staticmethod
+    def is_fp8_available() -> tuple[bool, str]:
+        return is_fp8_available()
+
+    @staticmethod
+    def is_fp16_available() -> tuple[bool, str]:
+        return is_fp16_available()
+
+    @staticmethod
+    def name() -> str:
+        return "hpu"
+
+    @classmethod
+    def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
+        accelerator_registry.register(cls.name(), cls, description=cls.__name__, override=True)
+
+
+def is_fp8_available() -> tuple[bool, str]:
+    """(available, reason): fp8 needs Gaudi2 or newer."""
+    gen = get_backend().generation()
+    if gen.supports_fp8:
+        return True, ""
+    return False, f"fp8 is not supported on {gen.device_name}: it needs Gaudi2 or newer."
+
+
+def is_fp16_available() -> tuple[bool, str]:
+    """(available, reason): fp16 needs Gaudi2 or newer."""
+    gen = get_backend().generation()
+    if gen.supports_fp16:
+        return True, ""
+    return False, f"fp16 is not supported on {gen.device_name}: it needs Gaudi2 or newer."
+
+
+def _device_index(device: _DEVICE) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    return device.index or 0
+
+
+def _parse_hpus(devices: Any) -> int:
+    available = get_backend().device_count()
+    if isinstance(devices, bool):
+        raise MisconfigurationException(f"`devices={devices!r}` is not a number of HPUs: pass an int, e.g. devices=1.")
+    if isinstance(devices, (list, tuple)):
+        if not devices or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+            raise MisconfigurationException(f"`devices={devices!r}` must be a non-empty list of HPU indices.")
+        count = len(devices)
+    elif isinstance(devices, str):
+        text = devices.strip().lower()
+        if text == "auto" or text == "-1":
+            return HPUAccelerator.auto_device_count()
+        if not text.lstrip("-").isdigit():
+            raise MisconfigurationException(
+                f"`devices={devices!r}` is not a number of HPUs: pass an int, a digit string, or 'auto'."
+            )
+        count = int(text)
+    elif isinstance(devices, int):
+        if devices == -1:
+            return HPUAccelerator.auto_device_count()
+        count = devices
+    else:
+        raise MisconfigurationException(
+            f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, or 'auto'."
+        )
+    if count < 1:
+        raise MisconfigurationException(f"`devices={devices!r}`: the number of HPUs must be at least 1 (or 'auto').")
+    if count > available:
+        backend = get_backend()
+        hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
+        raise MisconfigurationException(
+            f"`devices={devices!r}` asks for {count} HPUs but only {available} are available ({backend.describe()}).{hint}"
+        )
+    return count

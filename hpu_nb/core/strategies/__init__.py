@@ -1,0 +1,1 @@
+"""Lightning strategies for Gaudi."""

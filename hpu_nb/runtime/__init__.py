@@ -1,0 +1,85 @@
+"""The device seam: one DeviceBackend interface, two implementations (real Gaudi, emulated Gaudi).
+
+`get_backend()` picks one once per process: HPU_NB_BACKEND=auto (default) uses a Gaudi when
+habana_frameworks finds one and the emulated Gaudi otherwise; `gaudi` / `emulated` force it.
+This package is the only place that imports habana_frameworks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from hpu_nb.runtime.base import (
+    MEMORY_STAT_KEYS,
+    DeviceBackend,
+    DeviceFacts,
+    HPUNotAvailableError,
+    HPUOutOfMemoryError,
+    Versions,
+)
+from hpu_nb.runtime.generations import GENERATIONS, Generation
+
+__all__ = [
+    "MEMORY_STAT_KEYS",
+    "DeviceBackend",
+    "DeviceFacts",
+    "GENERATIONS",
+    "Generation",
+    "HPUNotAvailableError",
+    "HPUOutOfMemoryError",
+    "Versions",
+    "get_backend",
+    "reset_backend",
+    "set_backend",
+]
+
+BACKEND_CHOICES = ("auto", "gaudi", "emulated")
+
+_backend: DeviceBackend | None = None
+_lock = threading.Lock()
+
+
+def _create_backend() -> DeviceBackend:
+    choice = os.environ.get("HPU_NB_BACKEND", "auto").strip().lower() or "auto"
+    if choice not in BACKEND_CHOICES:
+        raise ValueError(f"HPU_NB_BACKEND={choice!r} is not valid; choose one of: {', '.join(BACKEND_CHOICES)}.")
+    if choice == "emulated":
+        from hpu_nb.runtime.emulated import EmulatedBackend
+
+        return EmulatedBackend()
+    from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi
+
+    found, reason = probe_gaudi()
+    if found:
+        return GaudiBackend()
+    if choice == "gaudi":
+        raise HPUNotAvailableError(
+            f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
+            "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
+        )
+    from hpu_nb.runtime.emulated import EmulatedBackend
+
+    return EmulatedBackend()
+
+
+def get_backend() -> DeviceBackend:
+    """The process-wide device backend (created on first call, never at import)."""
+    global _backend
+    if _backend is None:
+        with _lock:
+            if _backend is None:
+                _backend = _create_backend()
+    return _backend
+
+
+def set_backend(backend: DeviceBackend | None) -> None:
+    """Install a backend explicitly (tests, or a fresh emulated card in a forked worker)."""
+    global _backend
+    with _lock:
+        _backend = backend
+
+
+def reset_backend() -> None:
+    """Forget the chosen backend so the next get_backend() reads the environment again."""
+    set_backend(None)

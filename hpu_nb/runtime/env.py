@@ -1,0 +1,63 @@
+"""The environment variables that change what hpu_nb or the Habana stack does, and what each means."""
+
+from __future__ import annotations
+
+import os
+import re
+
+# name -> what it does; shown by %hpu_info next to the current value.
+FLAGS: dict[str, str] = {
+    "HPU_NB_BACKEND": "hpu_nb: auto | gaudi | emulated (which device backend to use)",
+    "HPU_NB_DEVICE": "hpu_nb: gaudi | gaudi2 | gaudi3 (the generation the emulated Gaudi pretends to be)",
+    "HPU_NB_DEVICE_COUNT": "hpu_nb: how many emulated cards exist (default 8; devices='auto' uses 1 unless set)",
+    "HPU_NB_MEMORY_LIMIT": "hpu_nb: memory Limit of each emulated card, e.g. 512MiB or 2GiB",
+    "PT_HPU_LAZY_MODE": "1 (default) lazy graph mode, mark_step runs the graph; 0 eager / torch.compile",
+    "LOWER_LIST": "file of op names forced to bf16 under autocast (read at process start)",
+    "FP32_LIST": "file of op names kept in fp32 under autocast (read at process start)",
+    "HABANA_VISIBLE_MODULES": "which cards this process may use (multi-tenancy)",
+    "PT_HPU_RECIPE_CACHE_CONFIG": "<dir>,<delete:true/false>,<MB>: graph recipe cache",
+    "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES": "dynamic-shape handling",
+    "PT_ENABLE_INT64_SUPPORT": "native int64 (Gaudi2)",
+    "HABANA_LOGS": "default directory for logs and fp8 measurement dumps",
+    "QUANT_CONFIG": "HQT / INC fp8 quantization config JSON",
+    "HABANA_PROFILE": "must be unset or profile_api_light with the PyTorch profiler",
+    "DEEPSPEED_USE_HPU": "set for DeepSpeed on HPU",
+    "PT_HPU_LAZY_ACC_PAR_MODE": "set to 0 for DeepSpeed on HPU",
+}
+
+
+def flag_values() -> dict[str, str | None]:
+    """Current value of every flag in FLAGS (None when unset)."""
+    return {name: os.environ.get(name) for name in FLAGS}
+
+
+def lazy_mode_from_env() -> bool:
+    """Lazy mode unless PT_HPU_LAZY_MODE is 0 (as habana_frameworks decides)."""
+    return os.environ.get("PT_HPU_LAZY_MODE", "1").strip() not in ("0", "false", "False")
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
+          "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4, "tb": 1000**4, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Parse '512MiB', '2GiB', '1.5 GB' or a plain byte count into bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _UNITS:
+        raise ValueError(
+            f"Cannot read memory size {text!r}: write a number with an optional unit, e.g. 512MiB, 2GiB, 1.5GB or 1048576."
+        )
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"Memory size must be positive, got {text!r}.")
+    return size
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.50 KiB' (binary units, as Gaudi tools report)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

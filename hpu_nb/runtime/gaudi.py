@@ -1,0 +1,230 @@
+"""The real Gaudi backend: habana_frameworks.torch for the device, hl-smi / habana-pyhlml for facts.
+
+Only this module (with hlml.py) touches habana_frameworks. Device facts and versions are gathered lazily
+(first asked, never at import or construction) and cached, because hl-smi is a subprocess that may be
+missing or hang; they degrade to what the runtime knows and never raise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from typing import Any
+
+from hpu_nb.runtime import hlml, hlsmi
+from hpu_nb.runtime.base import MEMORY_STAT_KEYS, DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
+from hpu_nb.runtime.env import lazy_mode_from_env
+from hpu_nb.runtime.generations import Generation, generation_from_name
+
+log = logging.getLogger(__name__)
+
+CORE_MODULE = "habana_frameworks.torch.core"  # imported first: it registers the hpu device with torch
+HPU_MODULE = "habana_frameworks.torch.hpu"
+HCCL_MODULE = "habana_frameworks.torch.distributed.hccl"
+TE_MODULE = "habana_frameworks.torch.hpex.experimental.transformer_engine"
+METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
+FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
+
+
+def _import_runtime() -> tuple[Any, Any]:
+    """(htcore, hthpu): core first, as Habana's docs require, then the hpu module."""
+    htcore = importlib.import_module(CORE_MODULE)
+    hthpu = importlib.import_module(HPU_MODULE)
+    return htcore, hthpu
+
+
+def probe_gaudi() -> tuple[bool, str]:
+    """(found, reason): whether habana_frameworks imports and sees at least one Gaudi. Never raises."""
+    try:
+        if importlib.util.find_spec("habana_frameworks") is None:
+            return False, "habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)"
+    except (ImportError, ValueError) as err:
+        return False, f"habana_frameworks cannot be found ({err})"
+    try:
+        _, hthpu = _import_runtime()
+    except Exception as err:
+        return False, f"habana_frameworks is installed but does not import ({type(err).__name__}: {err})"
+    try:
+        available, count = bool(hthpu.is_available()), int(hthpu.device_count())
+        name = str(hthpu.get_device_name()) if available and count > 0 else ""
+    except Exception as err:
+        return False, f"habana_frameworks failed to query the devices ({type(err).__name__}: {err})"
+    if not available or count < 1:
+        return False, (
+            f"habana_frameworks sees no Gaudi (is_available()={available}, device_count()={count}); "
+            "check `hl-smi`, the habanalabs driver and HABANA_VISIBLE_MODULES"
+        )
+    return True, f"{count} x {name}"
+
+
+class GaudiBackend(DeviceBackend):
+    """Intel Gaudi through habana_frameworks: lazy or eager mode, HCCL collectives, autocast on `hpu`."""
+
+    name = "gaudi"
+    is_emulated = False
+    autocast_device_type = "hpu"
+    dist_backend = "hccl"
+
+    def __init__(self, facts_timeout: float = hlsmi.DEFAULT_TIMEOUT) -> None:
+        try:
+            self._htcore, self._hthpu = _import_runtime()
+        except Exception as err:
+            raise HPUNotAvailableError(
+                f"The Gaudi backend needs habana_frameworks.torch, which does not import here "
+                f"({type(err).__name__}: {err}). Use HPU_NB_BACKEND=emulated to run on the CPU."
+            ) from err
+        self.facts_timeout = facts_timeout
+        self._lock = threading.Lock()
+        self._generation: Generation | None = None
+        self._versions: Versions | None = None
+        self._facts: tuple[float, list[DeviceFacts]] | None = None
+        self.facts_reasons: dict[str, str] = {}  # source -> why it gave no facts (remembered: not retried)
+
+    # -- facts -----------------------------------------------------------------------------------------------
+    def is_available(self) -> bool:
+        return bool(self._hthpu.is_available())
+
+    def device_count(self) -> int:
+        return int(self._hthpu.device_count())
+
+    def device_name(self, index: int = 0) -> str:
+        return str(self._hthpu.get_device_name(index))
+
+    def generation(self) -> Generation:
+        if self._generation is None:
+            self._generation = generation_from_name(self.device_name())
+        return self._generation
+
+    def root_device(self, index: int = 0) -> Any:
+        import torch
+
+        return torch.device("hpu") if index == 0 else torch.device("hpu", index)
+
+    # -- memory ----------------------------------------------------------------------------------------------
+    def memory_stats(self, index: int = 0) -> dict[str, int]:
+        """The ten counters from habana_frameworks.torch.hpu.memory_stats(device), as ints."""
+        raw = self._hthpu.hpu.memory_stats(self.root_device(index)) or {}
+        missing = [key for key in MEMORY_STAT_KEYS if key not in raw]
+        if missing:
+            log.debug("habana_frameworks memory_stats lacks %s; reporting 0", missing)
+        return {key: int(raw.get(key, 0)) for key in MEMORY_STAT_KEYS}
+
+    def reset_peak_memory_stats(self, index: int = 0) -> None:
+        self._hthpu.reset_peak_memory_stats(self.root_device(index))
+
+    # -- execution -------------------------------------------------------------------------------------------
+    def is_lazy(self) -> bool:
+        is_lazy = getattr(self._htcore, "is_lazy", None)
+        return bool(is_lazy()) if callable(is_lazy) else lazy_mode_from_env()
+
+    def mark_step(self) -> None:
+        """Run the accumulated lazy graph; in eager / torch.compile mode there is no graph to end."""
+        if self.is_lazy():
+            self._htcore.mark_step()
+
+    def synchronize(self) -> None:
+        self._hthpu.synchronize()
+
+    # -- Gaudi-only extras -----------------------------------------------------------------------------------
+    def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
+        """Habana's global metrics (graph compilations, CPU fallbacks, ...) as {name: {tag: value}}."""
+        result: dict[str, dict[str, Any]] = {}
+        for metric in names:
+            try:
+                result[metric] = dict(self._hthpu.metrics.metric_global(metric).stats())
+            except Exception as err:  # a metric unknown to this SynapseAI release
+                log.debug("metric %s unavailable: %s", metric, err)
+        return result
+
+    def initialize_distributed(
+        self, world_size: int | None = None, rank: int | None = None, local_rank: int | None = None
+    ) -> tuple[int, int, int]:
+        """Import HCCL (registering the "hccl" process-group backend) and set WORLD_SIZE / RANK / LOCAL_RANK."""
+        hccl = importlib.import_module(HCCL_MODULE)
+        return hccl.initialize_distributed_hpu(world_size=world_size, rank=rank, local_rank=local_rank)
+
+    def transformer_engine(self) -> Any:
+        """Habana's transformer engine module (fp8 training: Linear, fp8_autocast, recipe)."""
+        return importlib.import_module(TE_MODULE)
+
+    # -- versions and live facts (lazy, cached, never raising) ----------------------------------------------
+    def versions(self) -> Versions:
+        with self._lock:
+            if self._versions is None:
+                self._versions = self._read_versions()
+            return self._versions
+
+    def _read_versions(self) -> Versions:
+        from hpu_nb.runtime.emulated import _versions_of_python_stack
+
+        versions = _versions_of_python_stack()
+        versions.habana_frameworks = self._habana_frameworks_version()
+        version = hlsmi.read_version(self.facts_timeout)
+        if version.ok:
+            versions.synapseai, versions.firmware = version.value.synapseai, version.value.firmware
+            # -L is only worth asking once -v has answered: a missing or hanging tool is not asked twice.
+            listing = hlsmi.read_listing(self.facts_timeout)
+            if listing.ok:
+                versions.driver = listing.value.driver_version
+            else:
+                versions.extra["hl-smi -L"] = listing.reason or "unknown"
+        else:
+            versions.extra["hl-smi"] = version.reason or "unknown"
+            if versions.habana_frameworks:  # the plugin's release numbering follows SynapseAI's
+                versions.synapseai = ".".join(versions.habana_frameworks.split(".")[:3])
+                versions.extra["synapseai from"] = "habana_frameworks version (hl-smi gave none)"
+        return versions
+
+    def _habana_frameworks_version(self) -> str | None:
+        for module in (importlib.import_module("habana_frameworks.torch"), importlib.import_module("habana_frameworks")):
+            version = getattr(module, "__version__", None)
+            if version:
+                return str(version)
+        try:
+            from importlib.metadata import version as dist_version
+
+            return dist_version("habana-torch-plugin")
+        except Exception:
+            return None
+
+    def device_facts(self, timeout: float | None = None) -> list[DeviceFacts]:
+        """Per-card facts from habana-pyhlml, else `hl-smi -Q`, else the runtime; a failed source is not retried."""
+        timeout = self.facts_timeout if timeout is None else timeout
+        with self._lock:
+            now = time.monotonic()
+            if self._facts is not None and now - self._facts[0] < FACTS_TTL_S:
+                return list(self._facts[1])
+            facts = self._read_facts(timeout)
+            self._facts = (time.monotonic(), facts)
+            return list(facts)
+
+    def _read_facts(self, timeout: float) -> list[DeviceFacts]:
+        for source, read in (("pyhlml", hlml.read_facts), ("hl-smi", hlsmi.read_facts)):
+            if source in self.facts_reasons:
+                continue
+            outcome = read(timeout)
+            if outcome.ok and outcome.value:
+                return outcome.value
+            self.facts_reasons[source] = outcome.reason or "no cards listed"
+            log.debug("device facts from %s unavailable: %s", source, self.facts_reasons[source])
+        return self._runtime_facts()
+
+    def _runtime_facts(self) -> list[DeviceFacts]:
+        """What habana_frameworks itself knows: names for every card, memory for the one this process drives."""
+        try:
+            count, name = self.device_count(), self.device_name()
+        except Exception as err:
+            self.facts_reasons["runtime"] = f"{type(err).__name__}: {err}"
+            return []
+        facts = [DeviceFacts(index=i, name=name, source="runtime") for i in range(count)]
+        try:
+            current = int(self._hthpu.current_device())
+            stats = self.memory_stats(current)
+            if 0 <= current < count:
+                facts[current].memory_total = stats["Limit"]
+                facts[current].memory_used = stats["InUse"]
+        except Exception as err:
+            self.facts_reasons["runtime memory"] = f"{type(err).__name__}: {err}"
+        return facts
