@@ -1,0 +1,29 @@
+"""Every test starts on a fresh emulated Gaudi2 with a clean environment."""
+
+from __future__ import annotations
+
+import pytest
+
+import hpu_nb.runtime as runtime
+
+HPU_ENV = (
+    "HPU_NB_BACKEND",
+    "HPU_NB_DEVICE",
+    "HPU_NB_MEMORY_LIMIT",
+    "HPU_NB_DEVICE_COUNT",
+    "PT_HPU_LAZY_MODE",
+    "LOWER_LIST",
+    "FP32_LIST",
+    "HABANA_VISIBLE_MODULES",
+    "HABANA_PROFILE",
+    "QUANT_CONFIG",
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_backend(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    for name in HPU_ENV:
+        monkeypatch.delenv(name, raising=False)
+    runtime.reset_backend()
+    yield
+    runtime.reset_backend()
