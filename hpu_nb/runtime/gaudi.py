@@ -8,6 +8,7 @@ missing or hang; they degrade to what the runtime knows and never raise.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import threading
 import time
