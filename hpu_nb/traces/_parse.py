@@ -12,11 +12,11 @@ that ends early (a crashed run) simply yields the events that were complete.
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator
+from typing import Any, Iterator
 
 import msgspec
 import numpy as np
@@ -203,26 +203,40 @@ class ParsedTrace:
     stats: ParseStats
 
 
-def open_trace(path: str) -> IO[bytes]:
-    """Open a trace for reading, transparently gunzipping (by magic bytes, not by name)."""
+def is_gzip(path: str) -> bool:
     with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+        return fh.read(2) == b"\x1f\x8b"
 
 
-def _blocks(fh: IO[bytes], stats: ParseStats, block_size: int) -> Iterator[bytes]:
-    while True:
-        try:
-            block = fh.read(block_size)
-        except (EOFError, gzip.BadGzipFile, OSError):  # a gzip stream cut short: keep what we had
-            stats.truncated = True
+def _blocks(path: str, stats: ParseStats, block_size: int) -> Iterator[bytes]:
+    """The file's (decompressed) bytes in blocks; a gzip stream cut short yields all it had."""
+    with open(path, "rb") as fh:
+        if not is_gzip(path):
+            while block := fh.read(block_size):
+                stats.bytes_read += len(block)
+                yield block
             return
-        if not block:
-            return
-        stats.bytes_read += len(block)
-        yield block
+        unzip = zlib.decompressobj(wbits=31)
+        while chunk := fh.read(block_size):
+            while chunk:
+                try:
+                    out = unzip.decompress(chunk)
+                except zlib.error:  # corrupt from here on: keep what we had
+                    stats.truncated = True
+                    return
+                if out:
+                    stats.bytes_read += len(out)
+                    yield out
+                chunk = unzip.unused_data  # concatenated gzip members
+                if unzip.eof:
+                    unzip = zlib.decompressobj(wbits=31)
+                else:
+                    chunk = b""
+        if not unzip.eof and unzip.unconsumed_tail == b"":
+            tail = unzip.flush()
+            if tail:
+                stats.bytes_read += len(tail)
+                yield tail
 
 
 class _Parser:
@@ -275,11 +289,11 @@ class _Parser:
         return None
 
     # -- the main loop -------------------------------------------------------------------------
-    def parse(self, fh: IO[bytes]) -> ParsedTrace:
+    def parse(self, path: str) -> ParsedTrace:
         buf = b""
         prefix = b""
         events_start = None
-        blocks = _blocks(fh, self.stats, self.block_size)
+        blocks = _blocks(path, self.stats, self.block_size)
         for block in blocks:
             buf += block
             if events_start is None:
@@ -390,5 +404,4 @@ def _salvage_header(prefix: bytes) -> dict[str, Any]:
 
 def parse_file(path: str, keep_args: bool = True, block_size: int = BLOCK_SIZE) -> ParsedTrace:
     """Parse the Chrome trace at `path` (plain or gzipped) into columns."""
-    with open_trace(path) as fh:
-        return _Parser(keep_args, block_size).parse(fh)
+    return _Parser(keep_args, block_size).parse(path)

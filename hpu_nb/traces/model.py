@@ -1,0 +1,592 @@
+"""The loaded trace: columns sorted by track and time, nesting, self time, and the summaries."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from hpu_nb.traces._parse import MEMORY_EVENT, PH_COMPLETE, PH_COUNTER, PH_INSTANT, ParsedTrace, parse_file
+from hpu_nb.traces.tables import Table, fmt_bytes, fmt_ns, shorten
+
+STEP_PATTERN = re.compile(r"^ProfilerStep#(\d+)$")
+_DEVICE_WORDS = ("hpu", "gpu", "device", "stream", "gaudi", "mme", "tpc", "dma")
+
+
+class TraceLoadWarning(UserWarning):
+    """A trace loaded only in part (a truncated file, malformed events)."""
+
+
+@dataclass(frozen=True)
+class Track:
+    """One timeline row group: a (process, thread) pair, a CPU thread or a device stream/engine."""
+
+    index: int
+    pid: Any
+    tid: Any
+    label: str
+    kind: str  # "cpu" or "device" or "other"
+    sort_key: tuple
+
+
+@dataclass(frozen=True)
+class Step:
+    """A ProfilerStep#N span."""
+
+    number: int
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+class Steps(list):
+    """The ProfilerStep#N spans of a trace, in time order (a list of Step with a readable repr)."""
+
+    def __repr__(self) -> str:
+        if not self:
+            return "Steps: none (the trace has no ProfilerStep#N spans)"
+        durs = np.array([s.duration_ns for s in self])
+        return (
+            f"Steps: {len(self)} (#{self[0].number}..#{self[-1].number}), "
+            f"mean {fmt_ns(durs.mean())}, min {fmt_ns(durs.min())}, max {fmt_ns(durs.max())}"
+        )
+
+
+class Trace:
+    """A Chrome trace in columnar form. Times are int64 nanoseconds from the first event."""
+
+    def __init__(self, parsed: ParsedTrace, path: str | None = None) -> None:
+        self.path = path
+        self.names = parsed.names
+        self.cats = parsed.cats
+        self.metadata = parsed.top_level
+        self.stats = parsed.stats
+        self._args = parsed.args
+        self._special_args = parsed.special_args
+        n = len(parsed.ts_us)
+        self.t0_us = float(parsed.ts_us.min()) if n else 0.0
+        ts = np.rint((parsed.ts_us - self.t0_us) * 1000.0).astype(np.int64)
+        dur = np.rint(np.maximum(parsed.dur_us, 0.0) * 1000.0).astype(np.int64)
+        order = np.lexsort((-dur, ts, parsed.track_id))
+        self.order = order  # sorted position -> index in file order (for args)
+        self.ts = ts[order]
+        self.dur = dur[order]
+        self.end = self.ts + self.dur
+        self.name_id = parsed.name_id[order]
+        self.cat_id = parsed.cat_id[order]
+        self.track_id = parsed.track_id[order]
+        self.ph = parsed.ph[order]
+        self.tracks = _make_tracks(parsed.tracks, parsed.metadata_events)
+        self.track_bounds = np.searchsorted(self.track_id, np.arange(len(self.tracks) + 1))
+        self.depth, self.parent, self.self_ns = _nesting(self)
+        self.steps = self._find_steps()
+
+    # -- basics -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def duration_ns(self) -> int:
+        return int(self.end.max()) if len(self) else 0
+
+    @property
+    def is_span(self) -> np.ndarray:
+        return self.depth >= 0
+
+    @property
+    def hpu_nb_info(self) -> dict[str, Any]:
+        """What HPUProfiler recorded about the device (e.g. that the Gaudi was emulated)."""
+        info = self.metadata.get("hpu_nb")
+        if isinstance(info, str):
+            try:
+                info = msgspec.json.decode(info)
+            except msgspec.DecodeError:
+                info = {"note": info}
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def device_note(self) -> str:
+        return str(self.hpu_nb_info.get("note", ""))
+
+    def name_ids_matching(self, query: str) -> np.ndarray:
+        """Ids of names containing `query` (case-insensitive)."""
+        q = query.lower()
+        return np.array([i for i, nm in enumerate(self.names) if q in nm.lower()], dtype=np.int64)
+
+    def event(self, i: int) -> dict[str, Any]:
+        """Everything known about the event at sorted position `i` (for the viewer's details pane)."""
+        if not 0 <= i < len(self):
+            raise IndexError(f"event {i} out of range (trace has {len(self)} events)")
+        track = self.tracks[int(self.track_id[i])]
+        raw_index = int(self.order[i])
+        if raw_index in self._special_args:
+            args = _decode_args(self._special_args[raw_index])
+        elif self._args is not None:
+            args = self._args.get(raw_index)
+        else:
+            args = {}
+        step = self.step_of(int(self.ts[i]))
+        return {
+            "index": i,
+            "name": self.names[int(self.name_id[i])],
+            "category": self.cats[int(self.cat_id[i])],
+            "track": track.label,
+            "start_us": float(self.ts[i]) / 1000.0,
+            "duration_us": float(self.dur[i]) / 1000.0,
+            "self_us": float(self.self_ns[i]) / 1000.0,
+            "depth": int(self.depth[i]),
+            "step": step.number if step else None,
+            "args": args,
+        }
+
+    def step_of(self, t_ns: int) -> Step | None:
+        if not self.steps:
+            return None
+        starts = np.fromiter((s.start_ns for s in self.steps), np.int64, len(self.steps))
+        k = int(np.searchsorted(starts, t_ns, side="right")) - 1
+        if k >= 0 and t_ns < self.steps[k].end_ns:
+            return self.steps[k]
+        return None
+
+    def _find_steps(self) -> Steps:
+        numbers = {i: int(m.group(1)) for i, nm in enumerate(self.names) if (m := STEP_PATTERN.match(nm))}
+        if not numbers:
+            return Steps()
+        ids = np.fromiter(numbers, np.int64, len(numbers))
+        idx = np.flatnonzero(np.isin(self.name_id, ids) & (self.ph == PH_COMPLETE))
+        seen: dict[int, Step] = {}
+        for i in idx[np.argsort(self.ts[idx], kind="stable")]:
+            num = numbers[int(self.name_id[i])]
+            seen.setdefault(num, Step(num, int(self.ts[i]), int(self.end[i])))
+        return Steps(sorted(seen.values(), key=lambda s: s.start_ns))
+
+    # -- summaries ----------------------------------------------------------------------------
+    def ops(self, by: str = "self", top: int = 20, category: str | None = None) -> Table:
+        """Top ops by self or total time (aggregated over every occurrence of a name)."""
+        if by not in ("self", "total"):
+            raise ValueError(f"by must be 'self' or 'total', not {by!r}")
+        mask = self.is_span & ~self._excluded_mask()
+        if category is not None:
+            if category not in self.cats:
+                raise ValueError(f"no category {category!r} in this trace; it has: {', '.join(self.cats[1:])}")
+            mask &= self.cat_id == self.cats.index(category)
+        agg = _aggregate(self.name_id[mask], self.dur[mask], self.self_ns[mask], len(self.names))
+        count, total, self_t = agg
+        key = self_t if by == "self" else total
+        nz = np.flatnonzero(count)
+        pick = nz[np.argsort(-key[nz], kind="stable")][:top]
+        grand = max(int(self_t.sum()), 1)
+        rows = [
+            [self.names[k], int(count[k]), int(total[k]), int(self_t[k]), 100.0 * self_t[k] / grand, int(total[k] // count[k])]
+            for k in pick
+        ]
+        return Table(
+            f"Top {len(rows)} ops by {by} time" + (f" (category {category})" if category else ""),
+            ["name", "calls", "total", "self", "self %", "avg"],
+            rows,
+            {"total": fmt_ns, "self": fmt_ns, "avg": fmt_ns, "self %": lambda v: f"{v:.1f}%"},
+        )
+
+    def op_totals(self) -> dict[str, tuple[int, int, int]]:
+        """name -> (calls, total ns, self ns), over all spans except ProfilerStep#N."""
+        mask = self.is_span & ~self._excluded_mask()
+        count, total, self_t = _aggregate(self.name_id[mask], self.dur[mask], self.self_ns[mask], len(self.names))
+        return {self.names[k]: (int(count[k]), int(total[k]), int(self_t[k])) for k in np.flatnonzero(count)}
+
+    def _excluded_mask(self) -> np.ndarray:
+        """Spans that are not ops: ProfilerStep#N markers and the profiler's own whole-window span."""
+        ids = [i for i, nm in enumerate(self.names) if STEP_PATTERN.match(nm)]
+        mask = np.isin(self.name_id, ids) if ids else np.zeros(len(self), bool)
+        if "Trace" in self.cats:
+            mask |= self.cat_id == self.cats.index("Trace")
+        return mask
+
+    def per_step(self) -> Table:
+        """Each ProfilerStep#N: its duration, how many ops ran in it, and its heaviest op by self time."""
+        rows = []
+        if self.steps:
+            idx = np.flatnonzero(self.is_span & ~self._excluded_mask())
+            starts = np.array([s.start_ns for s in self.steps])
+            ends = np.array([s.end_ns for s in self.steps])
+            k = np.searchsorted(starts, self.ts[idx], side="right") - 1
+            inside = (k >= 0) & (self.ts[idx] < ends[np.maximum(k, 0)])
+            idx, k = idx[inside], k[inside]
+            n_steps, n_names = len(self.steps), max(len(self.names), 1)
+            ops = np.bincount(k, minlength=n_steps)
+            keys, inv = np.unique(k.astype(np.int64) * n_names + self.name_id[idx], return_inverse=True)
+            sums = np.bincount(inv, weights=self.self_ns[idx])
+            step_of = keys // n_names
+            best = np.lexsort((-sums, step_of))
+            first = best[np.r_[True, step_of[best][1:] != step_of[best][:-1]]] if len(best) else best
+            top = {int(step_of[j]): f"{self.names[int(keys[j] % n_names)]} ({fmt_ns(sums[j])})" for j in first}
+            for j, step in enumerate(self.steps):
+                rows.append([step.number, step.start_ns, step.duration_ns, int(ops[j]), top.get(j, "-")])
+        return Table(
+            f"Steps ({len(rows)})",
+            ["step", "start", "duration", "ops", "top op by self time"],
+            rows,
+            {"start": fmt_ns, "duration": fmt_ns},
+        )
+
+    def per_track(self) -> Table:
+        """Each thread / device track: events, busy time (top-level spans) and utilisation of the trace span."""
+        rows = []
+        span = max(self.duration_ns, 1)
+        for t in sorted(self.tracks, key=lambda t: t.sort_key):
+            lo, hi = self.track_bounds[t.index], self.track_bounds[t.index + 1]
+            if hi == lo:
+                continue
+            top = self.depth[lo:hi] == 0
+            busy = int(self.dur[lo:hi][top].sum())
+            rows.append([t.label, t.kind, int(hi - lo), busy, 100.0 * busy / span])
+        return Table(
+            "Tracks",
+            ["track", "kind", "events", "busy", "busy %"],
+            rows,
+            {"busy": fmt_ns, "busy %": lambda v: f"{v:.1f}%"},
+        )
+
+    def idle_gaps(self, top: int = 10, min_ns: int = 1000, kind: str | None = None) -> Table:
+        """The longest gaps between consecutive top-level spans on each track (where the device or thread waited)."""
+        found = []
+        for t in self.tracks:
+            if kind is not None and t.kind != kind:
+                continue
+            lo, hi = self.track_bounds[t.index], self.track_bounds[t.index + 1]
+            idx = lo + np.flatnonzero(self.depth[lo:hi] == 0)
+            if len(idx) < 2:
+                continue
+            run_end = np.maximum.accumulate(self.end[idx])
+            gaps = self.ts[idx[1:]] - run_end[:-1]
+            big = np.flatnonzero(gaps >= min_ns)
+            for g in big[np.argsort(-gaps[big])][:top]:
+                found.append(
+                    [int(gaps[g]), t.label, int(run_end[g]), self.names[int(self.name_id[idx[g]])],
+                     self.names[int(self.name_id[idx[g + 1]])]]
+                )
+        found.sort(key=lambda r: -r[0])
+        return Table(
+            f"Idle gaps (top {min(top, len(found))}, at least {fmt_ns(min_ns)})",
+            ["gap", "track", "at", "after", "before"],
+            found[:top],
+            {"gap": fmt_ns, "at": fmt_ns},
+        )
+
+    def memory(self) -> "MemoryTimeline":
+        """Allocated / reserved bytes over time from the profiler's [memory] events, per device."""
+        mid = self.names.index(MEMORY_EVENT) if MEMORY_EVENT in self.names else -1
+        idx = np.flatnonzero((self.name_id == mid) & (self.ph == PH_INSTANT)) if mid >= 0 else np.empty(0, np.int64)
+        idx = idx[np.argsort(self.ts[idx], kind="stable")]
+        raws = [self._special_args.get(int(j), b"") or b"{}" for j in self.order[idx]]
+        try:
+            mem = _decode_memory(b"[" + b",".join(raws) + b"]")
+        except msgspec.DecodeError:  # a bad one among them: go one by one
+            mem = [_decode_memory_one(r) for r in raws]
+        series: dict[str, list[tuple[int, int, int]]] = {}
+        for i, m in zip(idx, mem):
+            if m is not None:
+                series.setdefault(_memory_device(m.device_type, m.device_id), []).append(
+                    (int(self.ts[i]), m.allocated, m.reserved)
+                )
+        return MemoryTimeline({k: np.array(v, dtype=np.int64).reshape(-1, 3) for k, v in series.items()})
+
+    def counters(self) -> dict[str, np.ndarray]:
+        """Counter ("C") events: name -> array of (t_ns, value) for their first numeric series."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for i in np.flatnonzero(self.ph == PH_COUNTER):
+            args = _decode_args(self._special_args.get(int(self.order[i]), b""))
+            for key, value in args.items():
+                if isinstance(value, (int, float)):
+                    out.setdefault(f"{self.names[int(self.name_id[i])]}.{key}", []).append((int(self.ts[i]), value))
+        return {k: np.array(v) for k, v in out.items()}
+
+    def summary(self, top: int = 15) -> "TraceSummary":
+        """Top ops by self and total time, steps, tracks, idle gaps and memory in one object."""
+        return TraceSummary(self, top)
+
+    def __repr__(self) -> str:
+        where = os.path.basename(self.path) if self.path else "trace"
+        note = f", {self.device_note}" if self.device_note else ""
+        return (
+            f"<Trace {where}: {len(self):,} events, {len(self.tracks)} tracks, {len(self.steps)} steps, "
+            f"{fmt_ns(self.duration_ns)}{note}>"
+        )
+
+
+class MemoryTimeline:
+    """Memory in use over time per device, from the profiler's [memory] events."""
+
+    def __init__(self, series: dict[str, np.ndarray]) -> None:
+        self.series = series  # device -> rows of (t_ns, allocated, reserved)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.series.values())
+
+    def peak(self, device: str | None = None) -> int:
+        keys = [device] if device else list(self.series)
+        return max((int(self.series[k][:, 1].max()) for k in keys if len(self.series[k])), default=0)
+
+    def table(self) -> Table:
+        rows = [
+            [dev, len(s), int(s[:, 1].max()), int(s[-1, 1]), int(s[:, 2].max())]
+            for dev, s in self.series.items()
+            if len(s)
+        ]
+        return Table(
+            "Memory ([memory] events)",
+            ["device", "events", "peak allocated", "final allocated", "peak reserved"],
+            rows,
+            {"peak allocated": fmt_bytes, "final allocated": fmt_bytes, "peak reserved": fmt_bytes},
+            note="" if rows else "no [memory] events: profile with profile_memory=True to record them",
+        )
+
+    def svg(self, width: int = 360, height: int = 60) -> str:
+        """A tiny line chart of allocated bytes (one line per device), as inline SVG."""
+        parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'>"]
+        colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+        t_max = max((int(s[-1, 0]) for s in self.series.values() if len(s)), default=1) or 1
+        peak = max(self.peak(), 1)
+        for c, (dev, s) in enumerate(self.series.items()):
+            if not len(s):
+                continue
+            step = max(1, len(s) // width)
+            pts = " ".join(
+                f"{width * t / t_max:.1f},{height - 2 - (height - 4) * a / peak:.1f}" for t, a, _ in s[::step]
+            )
+            parts.append(
+                f"<polyline fill='none' stroke='{colours[c % 4]}' points='{pts}'>"
+                f"<title>{html.escape(dev)}</title></polyline>"
+            )
+        parts.append("</svg>")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        return repr(self.table())
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_() + (self.svg() if len(self) else "")
+
+
+class TraceSummary:
+    """The summary of one trace: top ops by self and total time, steps, tracks, gaps, memory."""
+
+    def __init__(self, trace: Trace, top: int = 15) -> None:
+        self.trace = trace
+        self.by_self = trace.ops("self", top)
+        self.by_total = trace.ops("total", top)
+        self.steps = trace.per_step()
+        self.tracks = trace.per_track()
+        self.gaps = trace.idle_gaps(top=min(top, 10))
+        self.memory = trace.memory()
+
+    def _parts(self) -> list[Any]:
+        return [self.by_self, self.by_total, self.steps, self.tracks, self.gaps, self.memory]
+
+    def _header(self) -> str:
+        return repr(self.trace) + _load_note(self.trace)
+
+    def __repr__(self) -> str:
+        return "\n\n".join([self._header()] + [repr(p) for p in self._parts()])
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<div style='margin:6px 0'>{p._repr_html_()}</div>" for p in self._parts())
+        return f"<div class='hpu-nb-trace-summary'><pre>{html.escape(self._header())}</pre>{body}</div>"
+
+
+def _load_note(trace: Trace) -> str:
+    s = trace.stats
+    notes = []
+    if s.truncated:
+        notes.append(f"truncated file: {s.dropped_bytes:,} trailing bytes dropped")
+    if s.malformed:
+        notes.append(f"{s.malformed:,} malformed events skipped")
+    return ("\n(" + "; ".join(notes) + ")") if notes else ""
+
+
+def _aggregate(name_id: np.ndarray, dur: np.ndarray, self_ns: np.ndarray, n_names: int):
+    count = np.bincount(name_id, minlength=n_names)
+    total = np.bincount(name_id, weights=dur, minlength=n_names).astype(np.int64)
+    self_t = np.bincount(name_id, weights=self_ns, minlength=n_names).astype(np.int64)
+    return count, total, self_t
+
+
+def _decode_args(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _MemoryArgs(msgspec.Struct, gc=False):
+    allocated: int = msgspec.field(default=0, name="Total Allocated")
+    reserved: int = msgspec.field(default=0, name="Total Reserved")
+    device_type: int | str | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=-1, name="Device Id")
+
+
+_decode_memory = msgspec.json.Decoder(list[_MemoryArgs]).decode
+
+
+def _decode_memory_one(raw: bytes) -> _MemoryArgs | None:
+    try:
+        return msgspec.json.decode(raw, type=_MemoryArgs)
+    except msgspec.DecodeError:
+        return None
+
+
+def _memory_device(kind: Any, dev: Any) -> str:
+    names = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
+             8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu"}
+    name = names.get(kind, str(kind)) if isinstance(kind, int) else str(kind or "?")
+    return name if dev in (-1, None) else f"{name}:{dev}"
+
+
+def _nesting(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Depth, parent and self time of every span, per track, with a vectorised stack sweep.
+
+    Within a track, events sorted by (start, -duration): the depth of span i is the number of
+    earlier spans still open at its start (i minus the spans that ended by then). Its parent is
+    the last earlier span one level up; self time is the duration minus the children's.
+    Instants and zero-length events get depth -1 and no self time. 1 ns slack absorbs the
+    rounding of microsecond floats.
+    """
+    n = len(trace)
+    depth = np.full(n, -1, np.int32)
+    parent = np.full(n, -1, np.int64)
+    is_span = (trace.ph == PH_COMPLETE) & (trace.dur > 0)
+    for t in range(len(trace.tracks)):
+        lo, hi = int(trace.track_bounds[t]), int(trace.track_bounds[t + 1])
+        idx = lo + np.flatnonzero(is_span[lo:hi])
+        if not len(idx):
+            continue
+        s, e = trace.ts[idx], trace.end[idx]
+        d = np.arange(len(idx)) - np.searchsorted(np.sort(e), s + 1, side="right")
+        d = np.maximum(d, 0).astype(np.int32)
+        depth[idx] = d
+        par = np.full(len(idx), -1, np.int64)
+        prev = np.flatnonzero(d == 0)
+        for level in range(1, int(d.max()) + 1):
+            cur = np.flatnonzero(d == level)
+            if not len(cur):
+                break
+            k = np.searchsorted(prev, cur) - 1
+            ok = k >= 0
+            cand = np.where(ok, prev[np.maximum(k, 0)], 0)
+            ok &= e[cur] <= e[cand] + 1  # contained in the candidate parent, else overlapping (async) spans
+            par[cur[ok]] = cand[ok]
+            prev = cur
+        has = par >= 0
+        parent[idx[has]] = idx[par[has]]
+    self_ns = np.where(is_span, trace.dur, 0).astype(np.int64)
+    child = np.flatnonzero(parent >= 0)
+    if len(child):
+        self_ns -= np.bincount(parent[child], weights=trace.dur[child], minlength=n).astype(np.int64)
+    return depth, parent, np.maximum(self_ns, 0)
+
+
+def _make_tracks(keys: list[tuple[Any, Any]], meta: list[dict[str, Any]]) -> list[Track]:
+    proc_name: dict[Any, str] = {}
+    proc_label: dict[Any, str] = {}
+    proc_sort: dict[Any, Any] = {}
+    thread_name: dict[tuple[Any, Any], str] = {}
+    thread_sort: dict[tuple[Any, Any], Any] = {}
+    for m in meta:
+        args, pid, tid = m["args"], m["pid"], m["tid"]
+        if not isinstance(args, dict):
+            continue
+        if m["name"] == "process_name":
+            proc_name[pid] = str(args.get("name", ""))
+        elif m["name"] == "process_labels":
+            proc_label[pid] = str(args.get("labels", ""))
+        elif m["name"] == "process_sort_index":
+            proc_sort[pid] = args.get("sort_index", 0)
+        elif m["name"] == "thread_name":
+            thread_name[(pid, tid)] = str(args.get("name", ""))
+        elif m["name"] == "thread_sort_index":
+            thread_sort[(pid, tid)] = args.get("sort_index", 0)
+    tracks = []
+    for i, (pid, tid) in enumerate(keys):
+        pname = proc_name.get(pid, "")
+        plabel = proc_label.get(pid, "")
+        tname = thread_name.get((pid, tid), "")
+        proc = " ".join(x for x in (plabel or pname, str(pid)) if x)
+        label = f"{proc} / {tname or tid}" if (proc or tname or tid != "") else "(unnamed track)"
+        text = f"{pid} {tid} {pname} {plabel} {tname}".lower()
+        kind = "device" if any(w in text for w in _DEVICE_WORDS) else "cpu" if isinstance(tid, int) else "other"
+        sort_key = (
+            {"device": 0, "cpu": 1, "other": 2}[kind],
+            _num(proc_sort.get(pid, pid)),
+            _num(thread_sort.get((pid, tid), tid)),
+            i,
+        )
+        tracks.append(Track(i, pid, tid, shorten(label, 80), kind, sort_key))
+    return tracks
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float(abs(hash(str(value))) % 10**9)
+
+
+def load(path: str | os.PathLike, keep_args: bool = True) -> Trace:
+    """Load a Chrome-trace JSON (.json or .json.gz) file, or the newest trace in a folder.
+
+    A file cut short loads what it can, with a TraceLoadWarning saying how much was lost;
+    malformed events are skipped and counted (``trace.stats``). ``keep_args=False`` saves the
+    memory of the events' args (the viewer then shows no args on click).
+    """
+    target = find_trace(path)
+    parsed = parse_file(target, keep_args=keep_args)
+    trace = Trace(parsed, target)
+    s = parsed.stats
+    if s.truncated:
+        warnings.warn(
+            f"{target}: the trace ends early (a crashed or interrupted run?): loaded {len(trace):,} complete "
+            f"events from {s.bytes_read:,} bytes; {s.dropped_bytes:,} trailing bytes held no complete event "
+            "and were dropped.",
+            TraceLoadWarning,
+            stacklevel=2,
+        )
+    if s.malformed:
+        ex = "; ".join(s.examples)
+        warnings.warn(
+            f"{target}: skipped {s.malformed:,} malformed events (kept {len(trace):,}). For example: {ex}",
+            TraceLoadWarning,
+            stacklevel=2,
+        )
+    return trace
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def find_trace(path: str | os.PathLike) -> str:
+    """`path` itself if it is a file, else the newest *.json / *.json.gz below the folder."""
+    p = os.fspath(path)
+    if os.path.isfile(p):
+        return p
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"no trace file or folder at {p!r}")
+    found = []
+    for root, _dirs, files in os.walk(p):
+        for f in files:
+            if f.endswith((".json", ".json.gz")):
+                full = os.path.join(root, f)
+                found.append((os.path.getmtime(full), full))
+    if not found:
+        raise FileNotFoundError(f"no Chrome trace (*.json or *.json.gz) in folder {p!r}")
+    return max(found)[1]
