@@ -1,0 +1,48 @@
+# Quick start:  make lab   (set up .venv, open JupyterLab on notebooks/)   |   make test   (set up if needed, run everything)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_CPU := torch==2.13.0
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev,deepspeed
+JUPYTER_PORT ?= 8888
+
+.PHONY: setup lab test test-fast bench browser clean
+
+setup: $(STAMP)
+
+# On a Gaudi (habana_frameworks importable) the venv sees Habana's torch through --system-site-packages and we
+# install nothing over it; elsewhere we install the CPU build of torch first, so nothing pulls a CUDA build.
+$(STAMP): pyproject.toml Makefile
+	@if $(PYTHON) -c "import habana_frameworks" 2>/dev/null; then \
+		echo "Gaudi software found: building $(VENV) on top of Habana's torch"; \
+		$(PYTHON) -m venv --system-site-packages $(VENV); \
+		$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/constraints.txt; \
+	else \
+		$(PYTHON) -m venv $(VENV); \
+		echo "$(TORCH_CPU)" > $(VENV)/constraints.txt; \
+	fi
+	$(PIP) install -q --upgrade pip
+	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PIP) install -q -c $(VENV)/constraints.txt $(TORCH_CPU); fi
+	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	@touch $(STAMP)
+
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+browser: setup
+	@bash .ci/install_browser.sh || true
+
+test: setup browser
+	$(PY) -m pytest tests --nbmake notebooks -q
+
+test-fast: setup
+	$(PY) -m pytest tests -q -m "not browser and not slow"
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
