@@ -8,6 +8,7 @@ import inspect
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,7 +46,8 @@ def test_auto_selects_emulated_without_habana(no_gaudi) -> None:  # noqa: F811
 
 def test_forcing_gaudi_without_one_raises_a_clear_error(no_gaudi, monkeypatch) -> None:  # noqa: F811
     monkeypatch.setenv("HPU_NB_BACKEND", "gaudi")
-    with pytest.raises(HPUNotAvailableError, match=r"HPU_NB_BACKEND=gaudi.*habana_frameworks is not installed.*emulated"):
+    expected = r"HPU_NB_BACKEND=gaudi.*habana_frameworks is not installed.*emulated"
+    with pytest.raises(HPUNotAvailableError, match=expected):
         get_backend()
     with pytest.raises(HPUNotAvailableError, match="does not import here"):
         GaudiBackend()
@@ -253,6 +255,16 @@ def test_fake_install_is_undone(tmp_path) -> None:
     assert not any(name.startswith("habana_frameworks") for name in sys.modules)
     with pytest.raises(ImportError):
         importlib.import_module("habana_frameworks")
+
+
+def test_fake_reaches_a_child_process(make_fake_gaudi) -> None:  # noqa: F811
+    import subprocess
+
+    fake = make_fake_gaudi(device_count=2, device_name="GAUDI3")
+    code = "import habana_frameworks.torch.hpu as h; print(h.device_count(), h.get_device_name(), h.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env=fake.subprocess_env(), capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out[:2] == ["2", "GAUDI3"] and out[2].startswith(str(Path(__file__).parent / "fake_habana"))
 
 
 def test_fake_hccl_process_group_really_reduces(fake_gaudi: FakeHabana) -> None:  # noqa: F811

@@ -116,13 +116,18 @@ def test_generation_of_product_names() -> None:
 
 
 def test_parse_query_csv() -> None:
-    text = "0, HL-225, 98304, 768, 0, 30, 84\n1, HL-225, 98304, 20480, 97, 41, 512\n2, HL-225, 98304, N/A, N/A, 28, N/A\n"
+    text = (
+        "0, HL-225, 98304, 768, 0, 30, 84\n"
+        "1, HL-225, 98304, 20480, 97, 41, 512\n"
+        "2, HL-225, 98304, N/A, N/A, 28, N/A\n"
+    )
     facts = hlsmi.parse_query(text)
     assert facts is not None and [f.index for f in facts] == [0, 1, 2]
     second = facts[1]
     assert (second.name, second.memory_total, second.memory_used) == ("HL-225", 98304 * MiB, 20480 * MiB)
     assert (second.utilization, second.temperature, second.power, second.source) == (97.0, 41.0, 512.0, "hl-smi")
-    assert (facts[2].memory_used, facts[2].utilization, facts[2].power, facts[2].temperature) == (None, None, None, 28.0)
+    third = facts[2]
+    assert (third.memory_used, third.utilization, third.power, third.temperature) == (None, None, None, 28.0)
 
 
 @pytest.mark.parametrize(

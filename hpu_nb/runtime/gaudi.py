@@ -77,7 +77,8 @@ class GaudiBackend(DeviceBackend):
                 f"({type(err).__name__}: {err}). Use HPU_NB_BACKEND=emulated to run on the CPU."
             ) from err
         self.facts_timeout = facts_timeout
-        self._lock = threading.Lock()
+        self._versions_lock = threading.Lock()  # two locks: a slow hl-smi -v must not hold up live facts
+        self._facts_lock = threading.Lock()
         self._generation: Generation | None = None
         self._versions: Versions | None = None
         self._facts: tuple[float, list[DeviceFacts]] | None = None
@@ -152,7 +153,7 @@ class GaudiBackend(DeviceBackend):
 
     # -- versions and live facts (lazy, cached, never raising) ----------------------------------------------
     def versions(self) -> Versions:
-        with self._lock:
+        with self._versions_lock:
             if self._versions is None:
                 self._versions = self._read_versions()
             return self._versions
@@ -179,8 +180,8 @@ class GaudiBackend(DeviceBackend):
         return versions
 
     def _habana_frameworks_version(self) -> str | None:
-        for module in (importlib.import_module("habana_frameworks.torch"), importlib.import_module("habana_frameworks")):
-            version = getattr(module, "__version__", None)
+        for name in ("habana_frameworks.torch", "habana_frameworks"):
+            version = getattr(importlib.import_module(name), "__version__", None)
             if version:
                 return str(version)
         try:
@@ -193,7 +194,7 @@ class GaudiBackend(DeviceBackend):
     def device_facts(self, timeout: float | None = None) -> list[DeviceFacts]:
         """Per-card facts from habana-pyhlml, else `hl-smi -Q`, else the runtime; a failed source is not retried."""
         timeout = self.facts_timeout if timeout is None else timeout
-        with self._lock:
+        with self._facts_lock:
             now = time.monotonic()
             if self._facts is not None and now - self._facts[0] < FACTS_TTL_S:
                 return list(self._facts[1])

@@ -39,7 +39,8 @@ _VERSION_RE = re.compile(r"(?<![\w-])hl-(\d+(?:\.\d+)+)(?:-fw-(\d+(?:\.\d+)*))?"
 # "2.7.2-hl-gaudi2-1.17.2-fw-51.5.1-sec-9": generation, SynapseAI release and firmware of one card.
 _CARD_FW_RE = re.compile(r"hl-(gaudi\d*)-(\d+(?:\.\d+)+)-fw-?(\d+(?:\.\d+)*)", re.IGNORECASE)
 # "[0] AIP (accel0) 0000:43:00.0": the first line of one card in `hl-smi -L`.
-_CARD_HEADER_RE = re.compile(r"^\s*\[(\d+)\]\s+AIP\b.*?(\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F])?\s*$")
+_BUS_ID = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
+_CARD_HEADER_RE = re.compile(rf"^\s*\[(\d+)\]\s+AIP\b.*?(\b{_BUS_ID})?\s*$")
 _KEY_VALUE_RE = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s*(.*?)\s*$")
 # Product names on the board: HL-205 is a first-generation Gaudi, HL-225 a Gaudi2, HL-325 a Gaudi3.
 _PRODUCT_GENERATION = (("HL-3", "gaudi3"), ("HL-22", "gaudi2"), ("HL-20", "gaudi"))

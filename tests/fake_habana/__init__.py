@@ -22,6 +22,7 @@ PYHLML_SITE = str(HERE / "site_pyhlml")
 # Environment the fake (or code under test through it) may set; restored on uninstall.
 _ENV_KEYS = ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")
 _MISSING = object()
+CONFIG_ENV = "HPU_NB_FAKE_HABANA_CONFIG"  # read by habana_frameworks/_fake.py in a child process
 
 __all__ = ["FakeHabana", "install_fake_habana", "block_habana", "SITE", "PYHLML_SITE"]
 
@@ -52,6 +53,16 @@ class FakeHabana:
 
     def set_metric(self, name: str, **tags: Any) -> None:
         self.state.metrics[name].update(tags)
+
+    def subprocess_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for a child Python process that should see this same fake Gaudi (spawned workers)."""
+        import dataclasses
+        import json
+
+        env = dict(os.environ if base is None else base)
+        env["PYTHONPATH"] = os.pathsep.join([SITE, *filter(None, [env.get("PYTHONPATH")])])
+        env[CONFIG_ENV] = json.dumps(dataclasses.asdict(self.config))
+        return env
 
     @property
     def pyhlml(self) -> Any:

@@ -1,4 +1,6 @@
-"""pytest fixtures for the fake Gaudi. Use from tests/conftest.py: `from tests.fake_habana.fixture import *  # noqa: F403`.
+"""pytest fixtures for the fake Gaudi.
+
+Use from tests/conftest.py: `from tests.fake_habana.fixture import *  # noqa: F403`.
 
 fake_gaudi       8 x GAUDI2 fake installed, HPU_NB_BACKEND=gaudi, backend reset before and after.
 make_fake_gaudi  factory: make_fake_gaudi(device_count=2, device_name="GAUDI3", pyhlml=True, backend=None).

@@ -1,4 +1,4 @@
-"""Fake habana_frameworks.torch: importing it swaps torch.profiler.ProfilerActivity for a Python Enum, as the real one does."""
+"""Fake habana_frameworks.torch: importing it swaps torch.profiler.ProfilerActivity for a Python Enum, like the real one."""
 
 import enum
 
