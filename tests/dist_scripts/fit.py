@@ -1,0 +1,136 @@
+"""Fit a small model on the emulated Gaudi with several processes; run by the tests as a subprocess.
+
+Each rank writes <out>/rank<N>.json (what it saw); rank 0 also saves the trained weights and callback metrics.
+Usage: python fit.py --out DIR [--strategy hpu_parallel|hpu_ddp|<deepspeed/fsdp spec>] [--devices 2]
+       [--crash-rank R --crash-step S] [--ckpt PATH] [--resume PATH] [--epochs N] [--precision P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import hpu_nb  # noqa: F401  (registers "hpu" with Lightning)
+from hpu_nb.runtime import get_backend
+
+FEATURES = 32
+
+
+class Model(L.LightningModule):
+    def __init__(self, crash_rank: int = -1, crash_step: int = -1, lr: float = 0.05) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        self.crash_rank, self.crash_step, self.lr = crash_rank, crash_step, lr
+        self.samples_seen = 0
+        self.first_index_sum = 0.0
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        x, y = batch
+        if self.global_rank == self.crash_rank and self.global_step == self.crash_step:
+            raise RuntimeError(f"rank {self.global_rank} exploded on purpose at step {self.global_step}")
+        self.samples_seen += x.shape[0]
+        self.first_index_sum += float(x[:, 0].sum())
+        loss = torch.nn.functional.mse_loss(self(x).float(), y)
+        self.log("train_loss", loss, sync_dist=True)
+        self.log("rank_sum", torch.tensor(float(self.global_rank + 1)), reduce_fx="sum", sync_dist=True)
+        return loss
+
+    def configure_optimizers(self):  # noqa: ANN201
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def data(n: int = 64, batch_size: int = 8) -> DataLoader:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, FEATURES, generator=gen)
+    y = x[:, :1] * 2.0 - x[:, 1:2]
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def make_strategy(spec: str):  # noqa: ANN201
+    """A registered name, or 'ds:<stage>[:offload]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>'."""
+    if spec.startswith("ds:"):
+        from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy
+
+        parts = spec.split(":")
+        return HPUDeepSpeedStrategy(stage=int(parts[1]), offload_optimizer="offload" in parts)
+    if spec.startswith("ds-config:"):
+        from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy
+
+        return HPUDeepSpeedStrategy(config=spec.split(":", 1)[1])
+    if spec.startswith("fsdp:"):
+        from hpu_nb.core.strategies.fsdp import HPUFSDPStrategy
+
+        return HPUFSDPStrategy(state_dict_type=spec.split(":")[1])
+    return spec
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--crash-rank", type=int, default=-1)
+    parser.add_argument("--crash-step", type=int, default=-1)
+    parser.add_argument("--ckpt", default=None, help="save a checkpoint here after fitting")
+    parser.add_argument("--resume", default=None, help="resume fitting from this checkpoint")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    L.seed_everything(7, verbose=False)
+    model = Model(args.crash_rank, args.crash_step)
+    trainer = L.Trainer(
+        accelerator="hpu",
+        devices=args.devices,
+        strategy=make_strategy(args.strategy),
+        precision=args.precision,
+        max_epochs=args.epochs,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
+    start = time.perf_counter()
+    trainer.fit(model, data(), ckpt_path=args.resume)
+    if args.ckpt:
+        trainer.save_checkpoint(args.ckpt)
+    rank = trainer.global_rank
+    stats = get_backend().memory_stats()
+    report = {
+        "rank": rank,
+        "world_size": trainer.world_size,
+        "strategy": type(trainer.strategy).__name__,
+        "accelerator": type(trainer.accelerator).__name__,
+        "process_group_backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+        "samples_seen": model.samples_seen,
+        "first_index_sum": model.first_index_sum,
+        "global_step": trainer.global_step,
+        "epoch": trainer.current_epoch,
+        "max_in_use": stats["MaxInUse"],
+        "num_allocs": stats["NumAllocs"],
+        "pid": os.getpid(),
+        "fit_seconds": time.perf_counter() - start,
+        "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+    }
+    (out / f"rank{rank}.json").write_text(json.dumps(report))
+    if rank == 0:
+        state = {k: v.detach().float().cpu() for k, v in trainer.lightning_module.state_dict().items()}
+        torch.save(state, out / "weights.pt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
