@@ -1,0 +1,155 @@
+"""Everything %hpu_info shows, collected as plain data (no IPython, no Lightning), fast and without exceptions.
+
+Collecting never raises: a failing or hanging device tool degrades to what the runtime knows, and each problem is
+kept in `HPUInfo.problems` so the report can say what is missing and why. On the emulated backend nothing here
+imports torch or starts a subprocess, so it returns in milliseconds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
+from hpu_nb.runtime.env import FLAGS, flag_values
+
+
+@dataclass
+class FlagInfo:
+    name: str
+    value: str | None  # None when unset
+    meaning: str
+
+
+@dataclass
+class DeviceInfo:
+    """One card: its facts plus, for the card this process drives, the process's own peak."""
+
+    index: int
+    name: str
+    memory_total: int | None = None
+    memory_in_use: int | None = None
+    memory_peak: int | None = None
+    utilization: float | None = None
+    temperature: float | None = None
+    power: float | None = None
+    source: str = "runtime"
+
+
+@dataclass
+class HPUInfo:
+    backend: str  # "gaudi" / "emulated"
+    is_emulated: bool
+    description: str  # one line, says "emulated Gaudi" plainly when it is
+    generation: str  # "gaudi2"
+    device_name: str  # "GAUDI2"
+    device_count: int
+    hbm_bytes: int
+    lazy_mode: bool
+    fp16: tuple[bool, str]
+    fp8: tuple[bool, str]
+    autocast_device_type: str
+    dist_backend: str
+    devices: list[DeviceInfo] = field(default_factory=list)
+    versions: Versions = field(default_factory=Versions)
+    flags: list[FlagInfo] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # how long collecting took
+
+    @property
+    def flags_set(self) -> list[FlagInfo]:
+        return [flag for flag in self.flags if flag.value is not None]
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
+    return (True, "") if flag else (False, f"{what} is not supported on {device_name}: it needs Gaudi2 or newer.")
+
+
+def _process_memory(backend: DeviceBackend, problems: list[str]) -> dict[str, int] | None:
+    """Memory counters of the card this process drives; skipped when asking would import torch for nothing."""
+    if backend.is_emulated and "hpu_nb.runtime.memory" not in sys.modules:
+        return None  # nothing was ever placed on the emulated card in this process: all counters are zero
+    try:
+        return backend.memory_stats(0)
+    except Exception as err:  # noqa: BLE001 - info must never raise
+        problems.append(f"memory_stats failed: {type(err).__name__}: {err}")
+        return None
+
+
+def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> HPUInfo:
+    """Gather what %hpu_info shows. Never raises for device problems; `timeout` bounds hl-smi / pyhlml."""
+    start = time.perf_counter()
+    problems: list[str] = []
+    if backend is None:
+        from hpu_nb.runtime import get_backend
+
+        backend = get_backend()
+    gen = backend.generation()
+    try:
+        count = backend.device_count()
+    except Exception as err:  # noqa: BLE001
+        problems.append(f"device_count failed: {type(err).__name__}: {err}")
+        count = 0
+    try:
+        facts: list[DeviceFacts] = list(backend.device_facts(timeout))
+    except Exception as err:  # noqa: BLE001 - the backend promises not to raise; be safe anyway
+        problems.append(f"device facts unavailable: {type(err).__name__}: {err}")
+        facts = [DeviceFacts(index=i, name=gen.device_name, memory_total=gen.hbm_bytes) for i in range(count)]
+    try:
+        versions = backend.versions()
+    except Exception as err:  # noqa: BLE001
+        problems.append(f"versions unavailable: {type(err).__name__}: {err}")
+        versions = Versions()
+    stats = _process_memory(backend, problems)
+    devices = []
+    for fact in facts:
+        info = DeviceInfo(
+            index=fact.index,
+            name=fact.name,
+            memory_total=fact.memory_total,
+            memory_in_use=fact.memory_used,
+            utilization=fact.utilization,
+            temperature=fact.temperature,
+            power=fact.power,
+            source=fact.source,
+        )
+        if fact.index == 0:
+            if stats is not None:
+                info.memory_in_use = stats.get("InUse", info.memory_in_use)
+                info.memory_peak = stats.get("MaxInUse")
+                info.memory_total = stats.get("Limit", info.memory_total)
+            elif backend.is_emulated:
+                info.memory_in_use, info.memory_peak = 0, 0
+        devices.append(info)
+    try:
+        lazy = backend.is_lazy()
+    except Exception as err:  # noqa: BLE001
+        problems.append(f"is_lazy failed: {type(err).__name__}: {err}")
+        lazy = True
+    values = flag_values()
+    return HPUInfo(
+        backend=backend.name,
+        is_emulated=backend.is_emulated,
+        description=backend.describe() if count else f"{backend.name}: no device",
+        generation=gen.key,
+        device_name=gen.device_name,
+        device_count=count,
+        hbm_bytes=gen.hbm_bytes,
+        lazy_mode=lazy,
+        fp16=_support(gen.supports_fp16, "fp16", gen.device_name),
+        fp8=_support(gen.supports_fp8, "fp8", gen.device_name),
+        autocast_device_type=backend.autocast_device_type,
+        dist_backend=backend.dist_backend,
+        devices=devices,
+        versions=versions,
+        flags=[FlagInfo(name, values[name], meaning) for name, meaning in FLAGS.items()],
+        problems=problems,
+        seconds=time.perf_counter() - start,
+    )
