@@ -134,19 +134,13 @@ def test_generation_comes_from_the_device_name(make_fake_gaudi) -> None:  # noqa
     assert (generation.key, generation.supports_fp16, generation.supports_fp8) == ("gaudi", False, False)
 
 
-def test_synchronize_metrics_and_distributed_go_to_habana(fake_gaudi: FakeHabana, monkeypatch) -> None:  # noqa: F811
+def test_synchronize_and_metrics_go_to_habana(fake_gaudi: FakeHabana) -> None:  # noqa: F811
     backend = get_backend()
     backend.synchronize()
     assert fake_gaudi.calls.count("hpu.synchronize") == 1
     fake_gaudi.set_metric("graph_compilation", TotalNumber=7, TotalTime=1234)
     metrics = backend.metrics(("graph_compilation", "no_such_metric"))
     assert metrics == {"graph_compilation": {"TotalNumber": 7, "TotalTime": 1234}}
-    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5,6,7")
-    assert backend.initialize_distributed(world_size=4, rank=2, local_rank=2) == (4, 2, 2)
-    assert "import habana_frameworks.torch.distributed.hccl" in fake_gaudi.calls.names()
-    (call,) = fake_gaudi.calls.named("initialize_distributed_hpu")
-    assert call.kwargs == {"world_size": 4, "rank": 2, "local_rank": 2}
-    assert (os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["HLS_MODULE_ID"]) == ("4", "2", "6")
 
 
 # -- versions and device facts -------------------------------------------------------------------------------
@@ -265,6 +259,19 @@ def test_fake_reaches_a_child_process(make_fake_gaudi) -> None:  # noqa: F811
     out = subprocess.run([sys.executable, "-c", code], env=fake.subprocess_env(), capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()
     assert out[:2] == ["2", "GAUDI3"] and out[2].startswith(str(Path(__file__).parent / "fake_habana"))
+
+
+def test_fake_initialize_distributed_hpu_binds_the_card(fake_gaudi: FakeHabana, monkeypatch) -> None:  # noqa: F811
+    from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu
+
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5,6,7")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert initialize_distributed_hpu(rank=2, local_rank=2) == (4, 2, 2)
+    assert "import habana_frameworks.torch.distributed.hccl" in fake_gaudi.calls.names()
+    (call,) = fake_gaudi.calls.named("initialize_distributed_hpu")
+    assert call.kwargs == {"rank": 2, "local_rank": 2}
+    assert [os.environ[k] for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")] == [
+        "4", "2", "2", "2", "6"]
 
 
 def test_fake_hccl_process_group_really_reduces(fake_gaudi: FakeHabana) -> None:  # noqa: F811

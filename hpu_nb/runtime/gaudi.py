@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 CORE_MODULE = "habana_frameworks.torch.core"  # imported first: it registers the hpu device with torch
 HPU_MODULE = "habana_frameworks.torch.hpu"
-HCCL_MODULE = "habana_frameworks.torch.distributed.hccl"
 TE_MODULE = "habana_frameworks.torch.hpex.experimental.transformer_engine"
 METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
 FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
@@ -139,13 +138,6 @@ class GaudiBackend(DeviceBackend):
             except Exception as err:  # a metric unknown to this SynapseAI release
                 log.debug("metric %s unavailable: %s", metric, err)
         return result
-
-    def initialize_distributed(
-        self, world_size: int | None = None, rank: int | None = None, local_rank: int | None = None
-    ) -> tuple[int, int, int]:
-        """Import HCCL (registering the "hccl" process-group backend) and set WORLD_SIZE / RANK / LOCAL_RANK."""
-        hccl = importlib.import_module(HCCL_MODULE)
-        return hccl.initialize_distributed_hpu(world_size=world_size, rank=rank, local_rank=local_rank)
 
     def transformer_engine(self) -> Any:
         """Habana's transformer engine module (fp8 training: Linear, fp8_autocast, recipe)."""
