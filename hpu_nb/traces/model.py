@@ -454,41 +454,44 @@ def _memory_device(kind: Any, dev: Any) -> str:
 
 
 def _nesting(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Depth, parent and self time of every span, per track, with a vectorised stack sweep.
+    """Depth, parent and self time of every span: a stack sweep done with vectorised pointer jumping.
 
-    Within a track, events sorted by (start, -duration): the depth of span i is the number of
-    earlier spans still open at its start (i minus the spans that ended by then). Its parent is
-    the last earlier span one level up; self time is the duration minus the children's.
-    Instants and zero-length events get depth -1 and no self time. 1 ns slack absorbs the
-    rounding of microsecond floats.
+    Within a track, spans sorted by (start, -duration): the parent of span i is the nearest earlier
+    span that ends no earlier than i (it contains i). That is the "previous greater element" of the
+    end times, which a stack finds one event at a time; here every span starts with the candidate
+    i-1 and all spans jump together (candidate <- candidate's candidate) while the candidate ends
+    too early, so the sweep costs a few numpy passes, not a Python loop over a million events. It
+    also copes with spans that overlap without nesting (Lightning's [pl][profile] ranges): they get
+    the nearest span that truly contains them. Self time is the duration minus the children's.
+    Instants and zero-length events get depth -1 and no self time; 1 ns of slack absorbs rounding.
     """
     n = len(trace)
     depth = np.full(n, -1, np.int32)
     parent = np.full(n, -1, np.int64)
-    is_span = (trace.ph == PH_COMPLETE) & (trace.dur > 0)
-    for t in range(len(trace.tracks)):
-        lo, hi = int(trace.track_bounds[t]), int(trace.track_bounds[t + 1])
-        idx = lo + np.flatnonzero(is_span[lo:hi])
-        if not len(idx):
-            continue
-        s, e = trace.ts[idx], trace.end[idx]
-        d = np.arange(len(idx)) - np.searchsorted(np.sort(e), s + 1, side="right")
-        d = np.maximum(d, 0).astype(np.int32)
-        depth[idx] = d
-        par = np.full(len(idx), -1, np.int64)
-        prev = np.flatnonzero(d == 0)
-        for level in range(1, int(d.max()) + 1):
-            cur = np.flatnonzero(d == level)
-            if not len(cur):
+    idx = np.flatnonzero((trace.ph == PH_COMPLETE) & (trace.dur > 0))
+    m = len(idx)
+    if m:
+        e = trace.end[idx]
+        trk = trace.track_id[idx]
+        cand = np.arange(-1, m - 1, dtype=np.int64)
+        cand[np.r_[True, trk[1:] != trk[:-1]]] = -1  # the first span of each track has no candidate
+        active = np.flatnonzero(cand >= 0)
+        while len(active):
+            c = cand[active]
+            too_early = e[c] < e[active] - 1
+            active = active[too_early]
+            cand[active] = cand[c[too_early]]
+            active = active[cand[active] >= 0]
+        d = np.zeros(m, np.int32)
+        has = np.flatnonzero(cand >= 0)
+        for _ in range(m):  # depth = parent's depth + 1; as many passes as the deepest nesting
+            nd = d[cand[has]] + 1
+            if np.array_equal(nd, d[has]):
                 break
-            k = np.searchsorted(prev, cur) - 1
-            ok = k >= 0
-            cand = np.where(ok, prev[np.maximum(k, 0)], 0)
-            ok &= e[cur] <= e[cand] + 1  # contained in the candidate parent, else overlapping (async) spans
-            par[cur[ok]] = cand[ok]
-            prev = cur
-        has = par >= 0
-        parent[idx[has]] = idx[par[has]]
+            d[has] = nd
+        depth[idx] = d
+        parent[idx[has]] = idx[cand[has]]
+    is_span = depth >= 0
     self_ns = np.where(is_span, trace.dur, 0).astype(np.int64)
     child = np.flatnonzero(parent >= 0)
     if len(child):

@@ -1,0 +1,199 @@
+"""HPUProfiler: Lightning's PyTorchProfiler that records HPU activity on a Gaudi and says when it could not.
+
+On a Gaudi it asks torch.profiler for CPU + HPU activity (the HPU member exists only once
+habana_frameworks.torch has replaced `torch.profiler.ProfilerActivity`; we look it up when the
+profiler is created, not at import, so hpu_nb and lightning may be imported in any order). On the
+emulated Gaudi it records CPU activity only and writes that fact into each trace's metadata
+(top-level key "hpu_nb"), so every viewer of the trace can say so. Its `summary()` is a real one,
+read back from the Chrome traces it wrote, and `show()` opens the inline viewer.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+import time
+import warnings
+from typing import Any
+
+import torch
+from lightning.pytorch.profilers import PyTorchProfiler
+
+from hpu_nb.runtime import get_backend
+
+ALLOWED_HABANA_PROFILE = ("", "profile_api_light")
+EMULATED_NOTE = "emulated Gaudi, CPU activity only"
+PROFILER_STRING = "hpu"
+
+
+class HPUProfiler(PyTorchProfiler):
+    """PyTorchProfiler for Gaudi: HPU activity on a Gaudi, a trace summary, and an inline viewer.
+
+    Same arguments as Lightning's ``PyTorchProfiler`` (``dirpath``, ``filename`` for one trace per
+    rank, ``schedule``, ``profile_memory``, ...). Traces are Chrome-trace JSON files
+    (``<stage>-<filename>-<rank>-<action>.<time>.pt.trace.json``) under ``dirpath`` that TensorBoard's
+    torch-tb-profiler plugin and chrome://tracing also open.
+    """
+
+    def __init__(self, dirpath: str | os.PathLike | None = None, filename: str | None = None, **kwargs: Any) -> None:
+        _warn_on_habana_profile()
+        self._backend = get_backend()
+        self._device_info = _device_info(self._backend)
+        self._activities_given = kwargs.get("activities") is not None
+        self._started_at = time.time()
+        super().__init__(dirpath=dirpath, filename=filename, **kwargs)
+
+    # -- what we ask of torch.profiler ---------------------------------------------------------
+    def _default_activities(self) -> list[Any]:
+        """CPU, plus HPU on a Gaudi (the Enum habana_frameworks installs); CPU only on the emulated Gaudi."""
+        activity = torch.profiler.ProfilerActivity  # looked up now: habana_frameworks may have replaced it
+        if self._backend.is_emulated:
+            return [activity.CPU]
+        hpu = getattr(activity, "HPU", None)
+        if hpu is None:
+            raise RuntimeError(
+                "HPUProfiler on a Gaudi needs torch.profiler.ProfilerActivity.HPU, which habana_frameworks.torch "
+                "adds when it is imported; it is missing here. Import habana_frameworks.torch (or hpu_nb) before "
+                "creating the profiler."
+            )
+        return [activity.CPU, hpu]
+
+    @property
+    def activities(self) -> list[Any]:
+        """The torch.profiler activities this profiler records."""
+        return list(self._profiler_kwargs.get("activities") or [])
+
+    # -- recording -----------------------------------------------------------------------------
+    def start(self, action_name: str) -> None:
+        super().start(action_name)
+        self._add_trace_metadata()
+
+    def stop(self, action_name: str) -> None:
+        super().stop(action_name)
+        self._add_trace_metadata()
+
+    def _add_trace_metadata(self) -> None:
+        """Write the device facts (emulated or not, which activities) into the trace's top-level 'hpu_nb' key."""
+        prof = self.profiler
+        if prof is None or not hasattr(prof, "add_metadata_json"):
+            return
+        action = getattr(prof, "current_action", None)
+        recording = (torch.profiler.ProfilerAction.RECORD, torch.profiler.ProfilerAction.RECORD_AND_SAVE)
+        if action is not None and action not in recording:
+            return  # between recording cycles the profiler takes no metadata (and says so on stderr)
+        info = dict(self._device_info, activities=[_activity_name(a) for a in self.activities])
+        try:
+            prof.add_metadata_json("hpu_nb", json.dumps(info))
+        except Exception:  # the profiler may be between cycles (waiting): it then takes no metadata  # noqa: BLE001
+            pass
+
+    # -- results -------------------------------------------------------------------------------
+    def trace_paths(self) -> list[str]:
+        """The Chrome traces this profiler wrote (this rank and filename), oldest first."""
+        if self.dirpath is None:
+            return []
+        prefix = self._prepare_filename(extension="")
+        pattern = os.path.join(os.fspath(self.dirpath), "*.pt.trace.json*")
+        found = [
+            p
+            for p in glob.glob(pattern)
+            if os.path.basename(p).startswith(prefix) and os.path.getmtime(p) >= self._started_at - 1
+        ]
+        return sorted(found, key=os.path.getmtime)
+
+    def last_trace_path(self) -> str:
+        paths = self.trace_paths()
+        if not paths:
+            where = self.dirpath if self.dirpath is not None else "(no dirpath: pass dirpath= or use a logger)"
+            raise FileNotFoundError(
+                f"HPUProfiler has written no trace yet in {where}. Run trainer.fit(...) with this profiler first "
+                "(the default schedule records steps 2-4, so train at least 2 batches)."
+            )
+        return paths[-1]
+
+    def load_trace(self, path: str | None = None) -> Any:
+        """The last trace this profiler wrote (or `path`), as an hpu_nb.traces.Trace."""
+        from hpu_nb.traces import load
+
+        return load(path or self.last_trace_path())
+
+    def summary(self) -> str:
+        """A summary of the last trace written: top ops by self / total time, steps, tracks, gaps, memory.
+
+        Falls back to torch's key-averages table when no Chrome trace was exported.
+        """
+        if self.profiler is not None:
+            self._delete_profilers()  # finishes the recording, which writes the trace
+        try:
+            path = self.last_trace_path()
+        except FileNotFoundError:
+            return super().summary()
+        summary = self.load_trace(path).summary(top=self._row_limit if self._row_limit > 0 else 50)
+        return self._stats_to_str({os.path.basename(path): repr(summary)})
+
+    def show(self, path: str | None = None, **kwargs: Any) -> Any:
+        """The inline trace viewer for the last trace written (an anywidget; static HTML when headless).
+
+        The notebook layer is imported here, lazily, so the profiler itself never needs IPython.
+        """
+        from hpu_nb.notebook.trace_viewer import TraceViewer
+
+        return TraceViewer(path or self.last_trace_path(), **kwargs)
+
+    def __repr__(self) -> str:
+        acts = ", ".join(_activity_name(a) for a in self.activities) or "none"
+        note = f" ({EMULATED_NOTE})" if self._backend.is_emulated else ""
+        return f"HPUProfiler(dirpath={self.dirpath!r}, filename={self.filename!r}, activities=[{acts}]){note}"
+
+
+def _activity_name(activity: Any) -> str:
+    name = getattr(activity, "name", None)
+    return str(name) if name else str(activity).rsplit(".", 1)[-1]
+
+
+def _device_info(backend: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"backend": backend.name, "emulated": bool(backend.is_emulated)}
+    try:
+        info["device"] = backend.device_name()
+    except Exception:  # noqa: BLE001 - facts are nice to have, never a reason to fail profiling
+        pass
+    if backend.is_emulated:
+        info["note"] = EMULATED_NOTE
+    return info
+
+
+def _warn_on_habana_profile() -> None:
+    value = os.environ.get("HABANA_PROFILE")
+    if value is not None and value.strip() not in ALLOWED_HABANA_PROFILE:
+        warnings.warn(
+            f"HABANA_PROFILE={value!r} conflicts with the PyTorch profiler on HPU: unset it or set it to "
+            "'profile_api_light' before starting Python, or the HPU trace may be empty or wrong.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def register_profiler_string() -> bool:
+    """Make ``Trainer(profiler="hpu")`` build an HPUProfiler. Idempotent; returns whether the hook is in place.
+
+    Lightning resolves profiler strings from a dict local to ``trainer.setup._init_profiler``, which
+    the Trainer calls through the module attribute; we wrap that function and delegate every other value.
+    """
+    from lightning.pytorch.trainer import setup
+
+    current = setup._init_profiler
+    if getattr(current, "_hpu_nb_hooked", False):
+        return True
+
+    @functools.wraps(current)
+    def _init_profiler(trainer: Any, profiler: Any) -> None:
+        if isinstance(profiler, str) and profiler.lower() == PROFILER_STRING:
+            profiler = HPUProfiler()
+        current(trainer, profiler)
+
+    _init_profiler._hpu_nb_hooked = True  # type: ignore[attr-defined]
+    _init_profiler._hpu_nb_original = current  # type: ignore[attr-defined]
+    setup._init_profiler = _init_profiler
+    return True

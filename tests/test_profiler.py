@@ -1,0 +1,161 @@
+"""HPUProfiler: real traces from a real fit on the emulated Gaudi, custom actions, summary, the "hpu" string,
+HABANA_PROFILE, and the Gaudi path (HPU activity requested) against the fake habana_frameworks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import lightning as L
+import pytest
+import torch
+
+import hpu_nb.traces as traces
+from hpu_nb.core.profiler import EMULATED_NOTE, HPUProfiler
+from tests.fake_habana.fixture import fake_gaudi, make_fake_gaudi  # noqa: F401
+from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class CustomActionModel(LinearModel):
+    """The seed's custom profiling: self.profiler.profile(...) and start/stop around parts of a step."""
+
+    def __init__(self, profiler) -> None:  # noqa: ANN001
+        super().__init__(features=32)
+        self.profiler = profiler
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001
+        with self.profiler.profile("my_custom_action"):
+            batch = [b * 1.0 for b in batch]
+        self.profiler.start("my_granular_action")
+        batch = [b + 0.0 for b in batch]
+        self.profiler.stop("my_granular_action")
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """One short fit with HPUProfiler on accelerator="hpu" (emulated Gaudi), shared by the tests below."""
+    import hpu_nb.runtime as runtime
+
+    runtime.reset_backend()
+    out = tmp_path_factory.mktemp("prof")
+    profiler = HPUProfiler(dirpath=str(out), filename="perf-logs", profile_memory=True)
+    model = CustomActionModel(profiler)
+    trainer = L.Trainer(accelerator="hpu", profiler=profiler, limit_train_batches=6, **quiet_trainer_kwargs())
+    trainer.fit(model, regression_data(n=96, features=32, batch_size=16))
+    return profiler, out
+
+
+def test_emulated_profiler_records_cpu_only_and_says_so(fitted):
+    profiler, out = fitted
+    names = [a.name for a in profiler.activities]
+    assert names == ["CPU"]
+    paths = profiler.trace_paths()
+    assert len(paths) == 1 and os.path.dirname(paths[0]) == str(out)
+    assert os.path.basename(paths[0]).startswith("fit-perf-logs")
+    trace = traces.load(paths[0])
+    assert trace.hpu_nb_info["emulated"] is True and trace.hpu_nb_info["activities"] == ["CPU"]
+    assert trace.device_note == EMULATED_NOTE
+    assert EMULATED_NOTE in repr(profiler)
+
+
+def test_trace_from_fit_loads_and_summarises(fitted):
+    profiler, _ = fitted
+    trace = profiler.load_trace()
+    # default schedule: wait 1, warmup 1, active 3 -> three recorded steps, #2..#4
+    assert [s.number for s in trace.steps] == [2, 3, 4]
+    ops = {r["name"]: r for r in trace.ops(top=500)}
+    for name in ("aten::linear", "aten::addmm", "aten::mse_loss"):
+        assert name in ops, name
+    assert ops["aten::linear"]["calls"] == 3  # one forward per recorded step
+    assert ops["aten::linear"]["total"] >= ops["aten::addmm"]["total"] // 2  # linear contains addmm
+    assert 0 < ops["aten::linear"]["self"] < ops["aten::linear"]["total"]
+    assert trace.memory().peak() > 0  # profile_memory=True recorded [memory] events
+    steps = trace.per_step()
+    assert steps.column("ops") and min(steps.column("ops")) > 10
+
+
+def test_custom_actions_are_in_the_trace(fitted):
+    profiler, _ = fitted
+    ops = {r["name"]: r for r in profiler.load_trace().ops(top=500)}
+    assert ops["[pl][profile]my_custom_action"]["calls"] == 3
+    assert ops["[pl][profile]my_granular_action"]["calls"] == 3
+
+
+def test_summary_is_real(fitted):
+    profiler, _ = fitted
+    text = profiler.summary()
+    assert "Top" in text and "aten::addmm" in text and "Steps (3)" in text
+    assert EMULATED_NOTE in text
+
+
+def test_profiler_string_hpu(tmp_path):
+    trainer = L.Trainer(accelerator="hpu", profiler="hpu", default_root_dir=str(tmp_path), **quiet_trainer_kwargs())
+    assert isinstance(trainer.profiler, HPUProfiler)
+    trainer = L.Trainer(accelerator="hpu", profiler="simple", default_root_dir=str(tmp_path), **quiet_trainer_kwargs())
+    assert type(trainer.profiler).__name__ == "SimpleProfiler"
+
+
+@pytest.mark.parametrize("first", ["lightning", "hpu_nb"])
+def test_import_order_does_not_matter(first):
+    second = "hpu_nb" if first == "lightning" else "lightning"
+    code = (
+        f"import {first}, {second}\n"
+        "import lightning as L\n"
+        "t = L.Trainer(accelerator='hpu', profiler='hpu', logger=False, enable_progress_bar=False)\n"
+        "print(type(t.profiler).__name__, [a.name for a in t.profiler.activities])\n"
+    )
+    env = dict(os.environ, HPU_NB_BACKEND="emulated", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "HPUProfiler ['CPU']" in out.stdout
+
+
+def test_habana_profile_warning(monkeypatch):
+    monkeypatch.setenv("HABANA_PROFILE", "1")
+    with pytest.warns(RuntimeWarning, match="HABANA_PROFILE='1' conflicts"):
+        HPUProfiler()
+    for ok in ("profile_api_light", ""):
+        monkeypatch.setenv("HABANA_PROFILE", ok)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            HPUProfiler()
+
+
+def test_no_trace_yet_is_a_clear_error(tmp_path):
+    profiler = HPUProfiler(dirpath=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="written no trace yet"):
+        profiler.last_trace_path()
+
+
+def test_gaudi_requests_hpu_activity(fake_gaudi):  # noqa: F811
+    # Lightning was imported long before the fake habana_frameworks replaced ProfilerActivity:
+    # HPUProfiler must still see the new Enum (looked up at creation, not import).
+    profiler = HPUProfiler(filename="perf-logs")  # picks the Gaudi backend, which imports habana_frameworks.torch
+    activity = torch.profiler.ProfilerActivity
+    assert activity.__module__.startswith("habana_frameworks") and hasattr(activity, "HPU")
+    assert profiler.activities == [activity.CPU, activity.HPU]
+    assert profiler._device_info["backend"] == "gaudi" and profiler._device_info["emulated"] is False
+    assert "note" not in profiler._device_info and EMULATED_NOTE not in repr(profiler)
+    # explicit activities are the user's choice
+    assert HPUProfiler(activities=[activity.HPU]).activities == [activity.HPU]
+
+
+def test_gaudi_without_hpu_activity_is_a_clear_error(fake_gaudi, monkeypatch):  # noqa: F811
+    from hpu_nb.runtime import get_backend
+
+    assert get_backend().name == "gaudi"
+    monkeypatch.setattr(torch.profiler, "ProfilerActivity", fake_gaudi_original_activity())
+    with pytest.raises(RuntimeError, match="ProfilerActivity.HPU"):
+        HPUProfiler()
+
+
+def fake_gaudi_original_activity():
+    """A ProfilerActivity without HPU, as torch has before habana_frameworks.torch is imported."""
+    import enum
+
+    return enum.Enum("ProfilerActivity", "CPU CUDA")
