@@ -106,7 +106,8 @@ class GaudiBackend(DeviceBackend):
     # -- memory ----------------------------------------------------------------------------------------------
     def memory_stats(self, index: int = 0) -> dict[str, int]:
         """The ten counters from habana_frameworks.torch.hpu.memory_stats(device), as ints."""
-        raw = self._hthpu.hpu.memory_stats(self.root_device(index)) or {}
+        hpu = getattr(self._hthpu, "hpu", self._hthpu)  # public code calls hthpu.hpu.memory_stats(dev)
+        raw = hpu.memory_stats(self.root_device(index)) or {}
         missing = [key for key in MEMORY_STAT_KEYS if key not in raw]
         if missing:
             log.debug("habana_frameworks memory_stats lacks %s; reporting 0", missing)
