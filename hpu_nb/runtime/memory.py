@@ -34,15 +34,14 @@ class DeviceMemory:
         self.num_allocs = 0
         self.num_frees = 0
         self.max_alloc_size = 0
-        self._live: dict[int, int] = {}
-        self._lock = threading.Lock()
+        self._live: dict[int, _StorageRef] = {}
         self._mode = _TrackingMode(self)
         self._depth = threading.local()
 
     # -- accounting ---------------------------------------------------------------------------------------
     def track(self, tensor: torch.Tensor) -> None:
         """Count the storage behind `tensor` (once), and uncount it when torch frees it."""
-        if tensor.is_meta or tensor.device.type != "cpu":
+        if tensor.device.type != "cpu" or tensor.is_meta:
             return
         try:
             storage = tensor.untyped_storage()
@@ -54,29 +53,25 @@ class DeviceMemory:
         size = storage.nbytes()
         if size == 0:
             return
-        with self._lock:
-            if key in self._live:
-                return
-            if self.in_use + size > self.limit:
-                raise HPUOutOfMemoryError(
-                    f"HPU out of memory on the {self.device_label}: tried to allocate {format_bytes(size)}"
-                    f" ({size} bytes) with {format_bytes(self.in_use)} already in use; the Limit is"
-                    f" {format_bytes(self.limit)} ({self.limit} bytes)."
-                )
-            self._live[key] = size
-            self.in_use += size
-            self.num_allocs += 1
-            if self.in_use > self.max_in_use:
-                self.max_in_use = self.in_use
-            if size > self.max_alloc_size:
-                self.max_alloc_size = size
-        weakref.finalize(storage, self._release, key, size)
+        if self.in_use + size > self.limit:
+            raise HPUOutOfMemoryError(
+                f"HPU out of memory on the {self.device_label}: tried to allocate {format_bytes(size)}"
+                f" ({size} bytes) with {format_bytes(self.in_use)} already in use; the Limit is"
+                f" {format_bytes(self.limit)} ({self.limit} bytes)."
+            )
+        # A weak reference with a callback is the cheapest way to learn that torch freed the storage.
+        self._live[key] = _StorageRef(storage, self._release, key, size)
+        self.in_use += size
+        self.num_allocs += 1
+        if self.in_use > self.max_in_use:
+            self.max_in_use = self.in_use
+        if size > self.max_alloc_size:
+            self.max_alloc_size = size
 
-    def _release(self, key: int, size: int) -> None:
-        with self._lock:
-            if self._live.pop(key, None) is not None:
-                self.in_use -= size
-                self.num_frees += 1
+    def _release(self, ref: "_StorageRef") -> None:
+        if self._live.pop(ref.key, None) is not None:
+            self.in_use -= ref.size
+            self.num_frees += 1
 
     def track_all(self, obj: Any) -> None:
         from hpu_nb.runtime.base import iter_tensors
@@ -119,9 +114,27 @@ class DeviceMemory:
         }
 
     def reset_peak(self) -> None:
-        with self._lock:
-            self.max_in_use = self.in_use
-            self.max_alloc_size = 0
+        self.max_in_use = self.in_use
+        self.max_alloc_size = 0
+
+
+class _StorageRef(weakref.ref):
+    """Weak reference to a counted storage that remembers what to uncount."""
+
+    __slots__ = ("key", "size")
+
+    def __new__(cls, storage: Any, callback: Any, key: int, size: int) -> "_StorageRef":
+        self = super().__new__(cls, storage, callback)
+        self.key = key
+        self.size = size
+        return self
+
+    def __init__(self, storage: Any, callback: Any, key: int, size: int) -> None:
+        super().__init__(storage, callback)
+
+
+# op -> whether its outputs can be new storage (False for views, in-place and out= ops, whose outputs alias inputs)
+_ALLOCATES: dict[Any, bool] = {}
 
 
 class _TrackingMode(TorchDispatchMode):
@@ -133,6 +146,11 @@ class _TrackingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
+        allocates = _ALLOCATES.get(func)
+        if allocates is None:
+            allocates = _ALLOCATES[func] = not any(ret.alias_info is not None for ret in func._schema.returns)
+        if not allocates:
+            return out
         track = self._memory.track
         if type(out) is torch.Tensor or isinstance(out, torch.Tensor):
             track(out)
