@@ -27,3 +27,7 @@ def fresh_backend(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     runtime.reset_backend()
     yield
     runtime.reset_backend()
+
+
+# The fake habana_frameworks (a Gaudi we don't have) and a fake hl-smi, for the Gaudi-path tests.
+from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, no_gaudi  # noqa: E402, F401
