@@ -17,6 +17,9 @@ from hpu_nb.runtime import get_backend
 class HPUAccelerator(Accelerator):
     """Accelerator for Intel Gaudi devices; on a machine without one, for the emulated Gaudi."""
 
+    def __repr__(self) -> str:
+        return "HPUAccelerator()"
+
     def setup_device(self, device: torch.device) -> None:
         expected = get_backend().root_device().type
         if device.type != expected:
