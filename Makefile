@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_CPU := torch==2.13.0
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,deepspeed
+EXTRAS ?= dev
 JUPYTER_PORT ?= 8888
 
 .PHONY: setup lab test test-fast bench browser clean
