@@ -1,0 +1,235 @@
+"""MemoryMonitor: measured samples, delta protocol, throttling, logger keys, OOM, headless summary, robustness."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from typing import Any
+
+import lightning as L
+import pytest
+from lightning.pytorch.loggers.logger import Logger
+
+from hpu_nb.notebook.memory_monitor import LOG_PREFIX, MemoryHistory, MemoryMonitor, _parse_requested
+from hpu_nb.runtime import HPUOutOfMemoryError
+from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
+
+FEATURES = 256
+PARAM_BYTES = (FEATURES * FEATURES + FEATURES) * 4
+
+
+class Messages:
+    """Records what the monitor sends to the front end, and rebuilds the chart's history as the JS does."""
+
+    def __init__(self, monitor: MemoryMonitor) -> None:
+        self.sent: list[dict] = []
+        self.points: list[list[int]] = []
+        self.seq = 0
+        self.gaps = 0
+        monitor._send = self._send  # type: ignore[method-assign]
+
+    def _send(self, msg: dict, buffers: Any = None) -> None:
+        self.sent.append(msg)
+        delta = msg.get("state", {}).get("delta")
+        if delta is None:
+            return
+        if delta["reset"]:
+            self.points = [list(p) for p in delta["points"]]
+        else:
+            self.gaps += delta["base"] != self.seq
+            self.points += delta["points"]
+        self.seq = delta["seq"]
+
+    @property
+    def deltas(self) -> list[dict]:
+        return [m["state"]["delta"] for m in self.sent if "delta" in m.get("state", {})]
+
+
+def _fit(monitor: MemoryMonitor, batches: int = 4, epochs: int = 1, features: int = FEATURES,
+         **trainer_kwargs: Any) -> L.Trainer:
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs(max_epochs=epochs, **trainer_kwargs))
+    trainer.fit(LinearModel(features), regression_data(n=16 * batches, features=features))
+    return trainer
+
+
+def test_history_is_bounded_and_keeps_the_peak() -> None:
+    rng = random.Random(0)
+    history = MemoryHistory(max_points=64)
+    spike_at = 7321
+    compactions = 0
+    for x in range(1, 20001):
+        in_use = rng.randint(1000, 2000) if x != spike_at else 999_999
+        compactions += history.append([x, 10**6, in_use, max(in_use, 2000), 0])
+        assert len(history) <= 64
+    assert compactions == history.compactions > 5
+    assert max(p[2] for p in history.points) == 999_999
+    assert [p[0] for p in history.points if p[2] == 999_999] == [spike_at]
+    xs = [p[0] for p in history.points]
+    assert xs == sorted(xs) and xs[-1] > 19000  # still spans the whole run, in order
+    with pytest.raises(ValueError, match="max_points"):
+        MemoryHistory(2)
+
+
+def test_fit_samples_measured_memory_and_sends_deltas() -> None:
+    monitor = MemoryMonitor(update_interval=0, auto_display=False)
+    messages = Messages(monitor)
+    _fit(monitor, batches=4, epochs=2)
+    assert monitor.samples == 1 + 8  # the starting point + 8 train batches
+    assert monitor.status == "done" and monitor.stage == "fit"
+    in_use = [p[2] for p in monitor.history.points]
+    assert all(v >= PARAM_BYTES for v in in_use[1:])  # parameters (and more) are on the device while training
+    assert monitor.peak >= PARAM_BYTES * 2  # weights + gradients at least
+    assert monitor.current["Limit"] == 96 * 2**30 and monitor.headroom == 96 * 2**30 - monitor.peak
+    # the front end can rebuild exactly the history from the deltas, and each push is one message
+    assert messages.points == monitor.history.points and messages.gaps == 0
+    appends = [d for d in messages.deltas if not d["reset"]]
+    assert appends and all(len(d["points"]) <= 2 for d in appends)  # deltas, not whole histories
+    for msg in messages.sent:
+        delta = msg["state"].get("delta")
+        if delta and not delta["reset"]:  # counters change every batch (NumAllocs grows): sent with the points
+            assert "current" in msg["state"]  # hold_sync: one message for points and counters
+
+
+def test_updates_are_throttled_by_time() -> None:
+    monitor = MemoryMonitor(update_interval=60, auto_display=False)
+    messages = Messages(monitor)
+    _fit(monitor, batches=6, epochs=2)
+    assert monitor.samples == 13
+    assert len(messages.deltas) <= 3  # the start, the end (full history) — nothing in between
+    assert messages.points == monitor.history.points
+
+
+def test_downsampling_resends_the_full_history() -> None:
+    monitor = MemoryMonitor(update_interval=0, max_points=8, auto_display=False)
+    messages = Messages(monitor)
+    _fit(monitor, batches=10, epochs=2)
+    assert monitor.samples == 21 and len(monitor.history) <= 8
+    assert any(d["reset"] and d["points"] for d in messages.deltas[1:-1])
+    assert messages.points == monitor.history.points
+
+
+def test_frontend_sync_request_gets_everything() -> None:
+    monitor = MemoryMonitor(update_interval=60, auto_display=False)
+    _fit(monitor, batches=3)
+    messages = Messages(monitor)
+    monitor._on_frontend_msg(monitor, {"type": "sync"}, [])
+    assert messages.deltas[-1]["reset"] and messages.points == monitor.history.points
+    assert len(messages.points) == 4
+
+
+class RecordingLogger(Logger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.metrics: list[tuple[dict, int]] = []
+
+    @property
+    def name(self) -> str:
+        return "rec"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        self.metrics.append((metrics, step))
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def test_logs_under_device_stats_monitor_keys() -> None:
+    logger = RecordingLogger()
+    monitor = MemoryMonitor(auto_display=False)
+    _fit(monitor, batches=4, logger=logger, log_every_n_steps=2)
+    keys = {k for metrics, _ in logger.metrics for k in metrics}
+    assert f"{LOG_PREFIX}.on_train_batch_end/InUse" in keys
+    assert f"{LOG_PREFIX}.on_train_batch_start/MaxInUse" in keys
+    stats_logs = [(m, s) for m, s in logger.metrics if f"{LOG_PREFIX}.on_train_batch_end/InUse" in m]
+    assert len(stats_logs) == 2  # every log_every_n_steps, as DeviceStatsMonitor does
+    assert all(m[f"{LOG_PREFIX}.on_train_batch_end/InUse"] >= PARAM_BYTES for m, _ in stats_logs)
+
+
+def test_validate_test_predict_stages() -> None:
+    monitor = MemoryMonitor(auto_display=False)
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs())
+    model, data = LinearModel(FEATURES), regression_data(n=48, features=FEATURES)
+    trainer.validate(model, data)
+    assert monitor.stage == "validate" and monitor.samples == 4
+    assert {p[4] for p in monitor.history.points[1:]} == {1}
+    trainer.predict(model, data)
+    assert monitor.stage == "predict" and monitor.samples == 4 and monitor.history.points[-1][4] == 4
+
+
+def test_oom_run_shows_that_the_limit_was_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPU_NB_MEMORY_LIMIT", "6MiB")
+    monitor = MemoryMonitor(auto_display=False)
+    with pytest.raises(HPUOutOfMemoryError):
+        _fit(monitor, batches=4, features=1024)  # 4 MiB of weights, 4 MiB of gradients: more than 6 MiB
+    assert monitor.status == "oom"
+    oom = monitor.oom
+    assert oom["limit"] == 6 * 2**20 and oom["requested"] == 1024 * 1024 * 4
+    assert oom["in_use"] + oom["requested"] > oom["limit"]
+    text = repr(monitor)
+    assert "OUT OF MEMORY" in text and "Limit 6.00 MiB was hit" in text and "no headroom" in text
+    html = monitor._repr_html_()
+    assert ">OOM</text>" in html and "<svg" in html
+
+
+def test_widget_errors_never_stop_training() -> None:
+    monitor = MemoryMonitor(update_interval=0, auto_display=False)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("front end went away")
+
+    monitor.comm.send = broken  # the transport to the front end fails
+    with pytest.warns(RuntimeWarning, match="front end went away"):
+        trainer = _fit(monitor, batches=4)
+    assert trainer.state.finished and monitor.samples == 5  # sampling went on
+    assert "live chart disabled" in repr(monitor) and "front end went away" in monitor.frontend_error
+    assert monitor.status == "done" and "Peak (MaxInUse)" in repr(monitor)  # the Python side kept its state
+
+
+def test_device_stats_failure_never_stops_training() -> None:
+    monitor = MemoryMonitor(auto_display=False)
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs())
+    trainer.accelerator.get_device_stats = lambda device=None: 1 / 0  # type: ignore[method-assign]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(LinearModel(FEATURES), regression_data(n=32, features=FEATURES))
+    assert trainer.state.finished and "ZeroDivisionError" in monitor.frontend_error
+
+
+def test_headless_cell_output_gets_the_summary() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    published: list[tuple[dict, dict]] = []
+
+    def publish(data: dict, metadata: Any = None, transient: Any = None, update: bool = False, **kw: Any) -> None:
+        published.append((data, {"transient": transient or {}, "update": update}))
+
+    ip.display_pub.publish = publish  # type: ignore[method-assign]
+    try:
+        monitor = MemoryMonitor()
+        ip.execution_count = 41
+        _fit(monitor, batches=3)
+        ip.execution_count = 42
+        _fit(monitor, batches=3)  # a new cell: shown again there
+    finally:
+        del ip.display_pub.publish
+    shown = [p for p in published if not p[1]["update"]]
+    updates = [p for p in published if p[1]["update"]]
+    assert len(shown) == 2 and len(updates) >= 2
+    first = shown[0][0]
+    assert "application/vnd.jupyter.widget-view+json" in first
+    assert "No samples yet" in first["text/plain"] or "running" in first["text/plain"]
+    final = updates[-1][0]
+    assert updates[-1][1]["transient"]["display_id"] == shown[1][1]["transient"]["display_id"]
+    assert "Peak (MaxInUse)" in final["text/plain"] and "headroom" in final["text/plain"]
+    assert "<svg" in final["text/html"] and "emulated GAUDI2 on the CPU" in final["text/html"]
+
+
+def test_parse_requested_sizes() -> None:
+    assert _parse_requested("tried to allocate 4.00 MiB (4194304 bytes) with") == 4194304
+    assert _parse_requested("Allocation failed for size::2147483648 (2048)MB") == 2147483648
+    assert _parse_requested("something else") is None
