@@ -159,3 +159,15 @@ def fake_gaudi_original_activity():
     import enum
 
     return enum.Enum("ProfilerActivity", "CPU CUDA")
+
+
+def test_show_returns_the_viewer_of_the_last_trace(fitted):
+    from hpu_nb.notebook.trace_viewer import TraceViewer
+
+    profiler, _ = fitted
+    viewer = profiler.show()
+    assert isinstance(viewer, TraceViewer)
+    assert viewer.trace.path == profiler.last_trace_path()
+    assert viewer.note == EMULATED_NOTE
+    data, _ = viewer._repr_mimebundle_()
+    assert "aten::addmm" in data["text/plain"] and EMULATED_NOTE in data["text/html"]
