@@ -1,0 +1,254 @@
+"""HPUDeepSpeedStrategy and HPUDeepSpeedPrecisionPlugin: DeepSpeed ZeRO on Gaudi (and on the emulated Gaudi).
+
+On a Gaudi this drives Habana's DeepSpeed fork over HCCL (with DEEPSPEED_USE_HPU / PT_HPU_LAZY_ACC_PAR_MODE=0 set
+before DeepSpeed is imported); on the emulated Gaudi, upstream DeepSpeed with its CPU accelerator over gloo.
+Lightning's DeepSpeedStrategy does the ZeRO work; this subclass drops its "CUDA only" check, sets up the device
+side, validates configurations up front, and lets the LightningModule's optimizer win over the config's.
+DeepSpeed is optional (`pip install 'hpu_nb[deepspeed]'`) and only imported when a strategy is created.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from lightning.fabric.utilities.seed import reset_seed
+from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
+from lightning.pytorch.strategies.ddp import DDPStrategy
+from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
+from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
+from hpu_nb.runtime import distributed as hpu_dist
+
+__all__ = ["HPUDeepSpeedStrategy", "HPUDeepSpeedPrecisionPlugin", "require_deepspeed"]
+
+EXTRA_HINT = "pip install 'hpu_nb[deepspeed]'"
+ZERO_STAGES = (0, 1, 2, 3)
+DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
+
+
+def require_deepspeed() -> None:
+    """Set DeepSpeed's environment for this device and check it is installed (clear error naming the extra)."""
+    hpu_dist.prepare_deepspeed_environment()
+    if importlib.util.find_spec("deepspeed") is None:
+        raise MisconfigurationException(
+            "HPUDeepSpeedStrategy needs DeepSpeed, which is not installed. Install the extra: "
+            f"`{EXTRA_HINT}` (on a Gaudi, install Habana's DeepSpeed fork instead, as Intel's Gaudi docs describe)."
+        )
+
+
+class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
+    """DeepSpeed precision for HPU: "32-true", "bf16-mixed" ("bf16"), "bf16-true", "16-mixed" (Gaudi2 and newer)."""
+
+    def __init__(self, precision: Union[str, int] = "32-true") -> None:
+        super().__init__(_validate_deepspeed_precision(precision))  # type: ignore[arg-type]
+
+
+def _validate_deepspeed_precision(precision: Any) -> str:
+    if precision == "bf16-true":
+        return "bf16-true"
+    from hpu_nb.core.precision import validate_precision
+
+    unified = validate_precision(precision)
+    if unified not in DEEPSPEED_PRECISIONS:
+        raise ValueError(
+            f"precision={precision!r} is not supported with DeepSpeed on HPU; choose one of:"
+            f" {', '.join(DEEPSPEED_PRECISIONS)} (fp8 works with HPUPrecisionPlugin and HPUParallelStrategy)."
+        )
+    return unified
+
+
+def validate_zero_config(config: dict[str, Any]) -> None:
+    """Catch the configurations DeepSpeed would reject late or obscurely: unknown stage, misplaced offload."""
+    zero = config.get("zero_optimization")
+    if zero is None or zero is False:
+        return
+    if not isinstance(zero, dict):
+        raise MisconfigurationException(f"DeepSpeed config 'zero_optimization' must be a dict, got {zero!r}.")
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool) or stage not in ZERO_STAGES:
+        raise MisconfigurationException(
+            f"DeepSpeed ZeRO stage {stage!r} does not exist: choose stage 0, 1, 2 or 3 (e.g. HPUDeepSpeedStrategy(stage=2))."
+        )
+    if zero.get("offload_param") and stage != 3:
+        raise MisconfigurationException(
+            f"Offloading parameters (offload_parameters=True / 'offload_param') needs ZeRO stage 3, but stage is {stage}."
+            " Use stage=3, or offload only the optimizer (offload_optimizer=True) with stage 1 or 2."
+        )
+    if zero.get("offload_optimizer") and stage == 0:
+        raise MisconfigurationException(
+            "Offloading the optimizer (offload_optimizer=True / 'offload_optimizer') needs ZeRO stage 1, 2 or 3,"
+            " but stage is 0."
+        )
+
+
+class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
+    """DeepSpeed on HPU: ZeRO-1/2/3, offload, BF16, activation checkpointing; arguments or a JSON config dict/file.
+
+    Takes Lightning's DeepSpeedStrategy arguments (zero_optimization, stage, offload_optimizer, offload_parameters,
+    cpu_checkpointing, config, ...). When both the LightningModule and the config define an optimizer (or scheduler),
+    the LightningModule's wins.
+    """
+
+    strategy_name = "hpu_deepspeed"
+
+    def __init__(
+        self,
+        *args: Any,
+        config: Optional[Union[str, Path, dict[str, Any]]] = None,
+        zero_optimization: bool = True,
+        stage: int = 2,
+        offload_optimizer: bool = False,
+        offload_parameters: bool = False,
+        start_method: Optional[str] = "auto",
+        **kwargs: Any,
+    ) -> None:
+        require_deepspeed()
+        resolve_start_method(start_method)
+        if isinstance(stage, bool) or stage not in ZERO_STAGES:
+            raise MisconfigurationException(
+                f"HPUDeepSpeedStrategy(stage={stage!r}): DeepSpeed ZeRO has stages 0, 1, 2 and 3."
+            )
+        if isinstance(config, dict):
+            config = copy.deepcopy(config)  # Lightning fills in the config; keep the user's dict as it was
+        elif isinstance(config, (str, Path)) and not os.path.isfile(config):
+            raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} does not exist.")
+        elif isinstance(config, (str, Path)):
+            try:
+                config = json.loads(Path(config).read_text())
+            except json.JSONDecodeError as err:
+                raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} is not valid JSON: {err}") from None
+        if config is None and (offload_parameters and (not zero_optimization or stage != 3)):
+            raise MisconfigurationException(
+                f"offload_parameters=True needs ZeRO stage 3 (got stage={stage}"
+                f"{', zero_optimization=False' if not zero_optimization else ''}). Use stage=3, or offload only the"
+                " optimizer (offload_optimizer=True) with stage 1 or 2."
+            )
+        if config is None and offload_optimizer and (not zero_optimization or stage == 0):
+            raise MisconfigurationException(
+                "offload_optimizer=True needs ZeRO stage 1, 2 or 3 with zero_optimization=True"
+                f" (got stage={stage}, zero_optimization={zero_optimization})."
+            )
+        super().__init__(
+            *args,
+            config=config,
+            zero_optimization=zero_optimization,
+            stage=stage,
+            offload_optimizer=offload_optimizer,
+            offload_parameters=offload_parameters,
+            **kwargs,
+        )
+        validate_zero_config(self.config)
+        self._start_method = start_method
+
+    # -- precision: chosen by hpu_nb's selection hook for Trainer(precision=...) ---------------------------------
+    @staticmethod
+    def hpu_precision_plugin(precision: Any) -> HPUDeepSpeedPrecisionPlugin:
+        return HPUDeepSpeedPrecisionPlugin(precision)
+
+    # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
+    def setup_environment(self) -> None:
+        from hpu_nb.core.accelerator import HPUAccelerator
+
+        if not isinstance(self.accelerator, HPUAccelerator):
+            raise MisconfigurationException(
+                f"HPUDeepSpeedStrategy runs on HPUAccelerator, not {type(self.accelerator).__name__}:"
+                " use Trainer(accelerator='hpu') or Lightning's DeepSpeedStrategy for CUDA."
+            )
+        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
+
+    def setup_distributed(self) -> None:
+        reset_seed()
+        self.set_world_ranks()
+        self._init_deepspeed_distributed()
+
+    def _init_deepspeed_distributed(self) -> None:
+        import deepspeed
+
+        assert self.cluster_environment is not None
+        self._set_node_environment_variables()
+        backend = self._prepare_hpu_distributed()
+        deepspeed.init_distributed(backend, distributed_port=self.cluster_environment.main_port, timeout=self._timeout)
+
+    # -- deepspeed.initialize: each process drives its own card, named by its local rank ------------------------
+    def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> tuple[Any, Any]:
+        import deepspeed
+
+        engine, ds_optimizer, _, _ = deepspeed.initialize(
+            args=self._deepspeed_args(),
+            config=self.config,
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
+            dist_init_required=False,
+        )
+        return engine, ds_optimizer
+
+    def _initialize_deepspeed_inference(self, model: Any) -> None:
+        import deepspeed
+        from lightning.pytorch.strategies.deepspeed import remove_module_hooks
+
+        assert isinstance(self.config, dict)
+        inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
+        for key in ("fp16", "bf16"):
+            if key in self.config:
+                inference_config[key] = self.config[key]
+        if self.zero_stage_3:
+            inference_config["zero_allow_untested_optimizer"] = self.config["zero_allow_untested_optimizer"]
+            inference_config["zero_optimization"] = self.config["zero_optimization"]
+        remove_module_hooks(model)
+        self.model, _, _, _ = deepspeed.initialize(
+            args=self._deepspeed_args(), config=inference_config, model=model, optimizer=None,
+            lr_scheduler=None, model_parameters=[], dist_init_required=False,
+        )
+
+    def _deepspeed_args(self) -> Any:
+        """Lightning passes the CUDA device index; an HPU (or emulated) process is named by its local rank."""
+        import argparse
+
+        return argparse.Namespace(device_rank=self.local_rank)
+
+    # -- optimizers: the LightningModule's win over the config's -------------------------------------------------
+    def _initialize_deepspeed_train(self, model: Any) -> None:
+        assert isinstance(self.config, dict)
+        module = self.lightning_module
+        if module is not None and is_overridden("configure_optimizers", module) and "optimizer" in self.config:
+            rank_zero_info(
+                "Both the LightningModule and the DeepSpeed config define an optimizer: using"
+                " LightningModule.configure_optimizers() (and its scheduler, if any)."
+            )
+            self.config.pop("optimizer")
+            if self._module_has_scheduler():
+                self.config.pop("scheduler", None)
+        super()._initialize_deepspeed_train(model)
+
+    def _module_has_scheduler(self) -> bool:
+        from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
+
+        assert self.lightning_module is not None
+        _, schedulers = _init_optimizers_and_lr_schedulers(self.lightning_module)
+        return bool(schedulers)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        entries = (
+            ("hpu_deepspeed", "DeepSpeed on HPU (ZeRO stage 2)", {}),
+            ("hpu_deepspeed_stage_1", "DeepSpeed ZeRO stage 1 on HPU", {"stage": 1}),
+            ("hpu_deepspeed_stage_2", "DeepSpeed ZeRO stage 2 on HPU", {"stage": 2}),
+            ("hpu_deepspeed_stage_2_offload", "DeepSpeed ZeRO stage 2 with CPU optimizer offload on HPU",
+             {"stage": 2, "offload_optimizer": True}),
+            ("hpu_deepspeed_stage_3", "DeepSpeed ZeRO stage 3 on HPU", {"stage": 3}),
+            ("hpu_deepspeed_stage_3_offload", "DeepSpeed ZeRO stage 3 with CPU optimizer and parameter offload on HPU",
+             {"stage": 3, "offload_optimizer": True, "offload_parameters": True}),
+        )
+        for name, description, init_kwargs in entries:
+            strategy_registry.register(name, cls, description=description, override=True, **init_kwargs)

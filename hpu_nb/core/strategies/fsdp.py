@@ -1,0 +1,184 @@
+"""HPUFSDPStrategy and HPUFSDPPrecision: PyTorch FSDP across Gaudi cards (gloo on the emulated Gaudi).
+
+Habana runs FSDP in eager mode only (PT_HPU_LAZY_MODE=0, set before Python starts); the emulated Gaudi follows the
+same rule so a script that runs here runs on a Gaudi. Lightning's FSDPStrategy does the sharding, with full or
+sharded state dicts; this subclass keeps its own registry list (Lightning refuses its FSDP names off CUDA) and its
+precision autocasts on the backend's device type instead of "cuda".
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Generator, Optional, Union
+
+import torch
+from lightning.pytorch.plugins.precision.fsdp import FSDPPrecision
+from lightning.pytorch.strategies.fsdp import FSDPStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
+from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
+from hpu_nb.runtime import get_backend
+
+__all__ = ["HPUFSDPStrategy", "HPUFSDPPrecision", "check_eager_mode"]
+
+FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
+_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+
+
+def check_eager_mode() -> None:
+    """FSDP on Gaudi needs eager mode; lazy mode is the default, so say how to switch."""
+    backend = get_backend()
+    if backend.is_lazy():
+        where = "the emulated Gaudi follows Gaudi's rule" if backend.is_emulated else "this Gaudi is in lazy mode"
+        raise MisconfigurationException(
+            "HPUFSDPStrategy runs in eager mode only, and "
+            f"{where}: set PT_HPU_LAZY_MODE=0 in the environment before Python starts (e.g."
+            " `PT_HPU_LAZY_MODE=0 python train.py`, or in the notebook kernel's environment)."
+        )
+
+
+class HPUFSDPPrecision(FSDPPrecision):
+    """FSDP precision for HPU: autocast on "hpu" (Gaudi) or "cpu" (emulated); fp16 needs Gaudi2 or newer."""
+
+    def __init__(self, precision: Union[str, int] = "32-true", scaler: Any = None) -> None:
+        unified = _ALIASES.get(str(precision), str(precision))
+        if unified not in FSDP_PRECISIONS:
+            raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
+        if unified.startswith("16-"):
+            from hpu_nb.core.accelerator import is_fp16_available
+
+            ok, reason = is_fp16_available()
+            if not ok:
+                raise ValueError(f"precision={precision!r} cannot run here: {reason} Use 'bf16-mixed' instead.")
+        super().__init__(unified, scaler=scaler)  # type: ignore[arg-type]
+
+    def forward_context(self) -> AbstractContextManager:
+        if "mixed" in self.precision:
+            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
+            return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
+        return super().forward_context()
+
+
+class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
+    """Fully Sharded Data Parallel on HPU (eager mode), `state_dict_type="full"` or `"sharded"` checkpoints.
+
+    Takes Lightning's FSDPStrategy arguments (sharding_strategy, auto_wrap_policy, activation_checkpointing_policy,
+    cpu_offload, state_dict_type, ...), plus start_method as HPUParallelStrategy.
+    """
+
+    strategy_name = "hpu_fsdp"
+    _registered_strategies: list[str] = []  # not Lightning's list: its FSDP names are refused off CUDA
+
+    def __init__(self, *args: Any, start_method: Optional[str] = "auto", **kwargs: Any) -> None:
+        check_eager_mode()
+        resolve_start_method(start_method)
+        super().__init__(*args, **kwargs)
+        self._start_method = start_method
+
+    @staticmethod
+    def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:
+        return HPUFSDPPrecision(precision)
+
+    @property
+    def precision_plugin(self) -> HPUFSDPPrecision:
+        plugin = self._precision_plugin
+        return plugin if plugin is not None else HPUFSDPPrecision("32-true")  # type: ignore[return-value]
+
+    @precision_plugin.setter
+    def precision_plugin(self, plugin: Any) -> None:
+        if plugin is not None and not isinstance(plugin, FSDPPrecision):
+            raise TypeError(f"HPUFSDPStrategy works with HPUFSDPPrecision, got {type(plugin).__name__}.")
+        self._precision_plugin = plugin
+
+    def setup_environment(self) -> None:
+        check_eager_mode()
+        super().setup_environment()
+
+    def _get_process_group_backend(self) -> str:
+        # FSDPStrategy.setup_environment asks for the backend right before init_process_group: prepare HCCL here.
+        return self._prepare_hpu_distributed()
+
+    # -- FSDP needs the device named explicitly: torch refuses a CPU module without device_id ------------------------
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        from lightning.pytorch.strategies.fsdp import _move_torchmetrics_to_device, _setup_activation_checkpointing
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if any(isinstance(mod, FullyShardedDataParallel) for mod in model.modules()):
+            self.kwargs.pop("auto_wrap_policy", None)  # wrapped by the user: their wrapping stands
+        else:
+            model = FullyShardedDataParallel(
+                module=model,
+                cpu_offload=self.cpu_offload,
+                mixed_precision=self.mixed_precision_config,
+                sharding_strategy=self.sharding_strategy,
+                device_id=self.root_device,
+                **self.kwargs,
+            )
+        _move_torchmetrics_to_device(model, self.root_device)
+        _setup_activation_checkpointing(model, self._activation_checkpointing_kwargs)
+        return model
+
+    @contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import enable_wrap
+
+        with enable_wrap(
+            wrapper_cls=FullyShardedDataParallel,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=self.root_device,
+            **self.kwargs,
+        ):
+            yield
+
+    # -- full state dicts: FSDP's "offload to CPU" crashes when the device already is the CPU (emulated Gaudi) --------
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        with _full_state_dict_offload(self.root_device.type != "cpu"):
+            return super().lightning_module_state_dict()
+
+    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        with _full_state_dict_offload(self.root_device.type != "cpu"):
+            return super().optimizer_state(optimizer)
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> dict[str, Any]:
+        with _full_state_dict_offload(self.root_device.type != "cpu"):
+            return super().load_checkpoint(checkpoint_path, weights_only)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
+        if cls.strategy_name not in cls._registered_strategies:
+            cls._registered_strategies.append(cls.strategy_name)
+
+
+@contextmanager
+def _full_state_dict_offload(offload: bool) -> Generator[None, None, None]:
+    """Lightning always asks FSDP for offload_to_cpu=True full state dicts; on a CPU device that frees storage still in
+    use (a segfault in torch 2.13). Scoped to one call: Lightning's helper with offload_to_cpu=False on the CPU."""
+    import lightning.pytorch.strategies.fsdp as pl_fsdp
+
+    if offload:
+        yield
+        return
+    original = pl_fsdp._get_full_state_dict_context
+
+    def without_offload(module: Any, world_size: int, rank0_only: bool = True) -> Any:
+        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.api import FullOptimStateDictConfig
+
+        return FSDP.state_dict_type(
+            module=module,
+            state_dict_type=StateDictType.FULL_STATE_DICT,
+            state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+            optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+        )
+
+    pl_fsdp._get_full_state_dict_context = without_offload
+    try:
+        yield
+    finally:
+        pl_fsdp._get_full_state_dict_context = original
