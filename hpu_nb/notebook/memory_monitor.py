@@ -314,6 +314,8 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
 
     # -- sampling ---------------------------------------------------------------------------------------------
     def _sample(self, trainer: Any, hook: str | None, record: bool = True) -> dict[str, Any] | None:
+        if not record and not (self.log_to_logger and trainer.loggers):
+            return None  # batch-start samples only feed the loggers
         try:
             stats = trainer.accelerator.get_device_stats(trainer.strategy.root_device)
         except Exception as err:  # noqa: BLE001 - a monitor must never stop training
