@@ -168,12 +168,10 @@ class HPUPrecisionPlugin(Precision):
     ) -> None:
         self.precision = validate_precision(precision)  # type: ignore[assignment]
         self.device = device
-        if hmp_params is not None:
-            opt_level, verbose, bf16_file_path, fp32_file_path = _read_hmp_params(
-                hmp_params, opt_level, verbose, bf16_file_path, fp32_file_path
-            )
         lower_list = _seed_alias("bf16_file_path", bf16_file_path, "lower_list", lower_list)
         fp32_list = _seed_alias("fp32_file_path", fp32_file_path, "fp32_list", fp32_list)
+        if hmp_params is not None:
+            opt_level, verbose, lower_list, fp32_list = _read_hmp_params(hmp_params, opt_level, verbose, lower_list, fp32_list)
         if opt_level is not None and str(opt_level).upper() != "O1":
             raise ValueError(
                 f"opt_level={opt_level!r} is not supported: autocast works like HMP's 'O1' (per-op casting). "

@@ -1,0 +1,186 @@
+"""HPUPrecisionPlugin: choices, selection by the Trainer, real dtypes inside training_step, generations, seed args."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from hpu_nb.core.oplists import OpListError
+from hpu_nb.core.precision import (
+    HPUPrecisionPlugin,
+    UnsupportedPrecisionError,
+    autocast_device_type,
+    hpu_autocast,
+    validate_precision,
+)
+from tests.fake_habana.fixture import fake_gaudi, make_fake_gaudi  # noqa: F401
+from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
+
+FEATURES = 32
+
+
+def fit(model: L.LightningModule, **trainer_kwargs) -> L.Trainer:
+    trainer = L.Trainer(accelerator="hpu", devices=1, **quiet_trainer_kwargs(max_steps=2, **trainer_kwargs))
+    trainer.fit(model, regression_data(n=32, features=FEATURES))
+    return trainer
+
+
+@pytest.mark.parametrize(
+    "given, unified",
+    [("32-true", "32-true"), ("32", "32-true"), (32, "32-true"), ("bf16-mixed", "bf16-mixed"), ("bf16", "bf16-mixed"),
+     ("16-mixed", "16-mixed"), ("fp8", "fp8")],
+)
+def test_accepted_precisions(given, unified) -> None:
+    assert validate_precision(given) == unified
+    assert HPUPrecisionPlugin(precision=given).precision == unified
+
+
+@pytest.mark.parametrize("bad", ["64-true", "bf16-true", "transformer-engine", "half", None, True])
+def test_other_precisions_list_the_choices(bad) -> None:
+    with pytest.raises(ValueError, match=r"Choose one of: 32-true, 32, bf16-mixed, bf16, 16-mixed, fp8"):
+        HPUPrecisionPlugin(precision=bad)
+
+
+def test_bare_16_is_refused_as_ambiguous() -> None:
+    with pytest.raises(ValueError, match="bf16-mixed.*16-mixed"):
+        HPUPrecisionPlugin(precision=16)
+
+
+def test_trainer_bf16_mixed_gets_the_plugin_and_linear_runs_in_bf16() -> None:
+    model = LinearModel(FEATURES)
+    trainer = fit(model, precision="bf16-mixed")
+    assert isinstance(trainer.precision_plugin, HPUPrecisionPlugin)
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+    assert model.seen_dtypes and set(model.seen_dtypes) == {torch.bfloat16}
+    assert model.layer.weight.dtype == torch.float32  # master weights stay fp32
+
+
+def test_fp32_list_keeps_the_linear_output_float32_in_training_step(tmp_path, monkeypatch) -> None:
+    ops = tmp_path / "fp32_ops.txt"
+    ops.write_text("linear\n")
+    monkeypatch.setenv("FP32_LIST", str(ops))
+    model = LinearModel(FEATURES)
+    fit(model, precision="bf16-mixed")
+    assert set(model.seen_dtypes) == {torch.float32}
+
+
+def test_32_true_is_full_precision_and_16_mixed_is_float16() -> None:
+    model = LinearModel(FEATURES)
+    fit(model, precision="32-true")
+    assert set(model.seen_dtypes) == {torch.float32}
+    model = LinearModel(FEATURES)
+    fit(model, plugins=[HPUPrecisionPlugin("16-mixed")])
+    assert set(model.seen_dtypes) == {torch.float16}
+
+
+def test_bf16_training_really_lowers_the_math() -> None:
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+    plugin = HPUPrecisionPlugin("bf16-mixed")
+    with plugin.forward_context():
+        low = layer(x)
+    exact = layer(x)
+    error = ((low.float() - exact).norm() / exact.norm()).item()
+    assert 1e-4 < error < 2e-2  # bf16 rounding: visible, small
+
+
+class LocallyFp32(LinearModel):
+    """The seed's pattern: a local torch.autocast(enabled=False) block inside a mixed-precision step."""
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001
+        x, y = batch
+        with torch.autocast(device_type=autocast_device_type(), enabled=False):
+            self.seen_dtypes.append(self.layer(x).dtype)
+        self.seen_dtypes.append(self.layer(x).dtype)
+        return torch.nn.functional.mse_loss(self.layer(x).float(), y)
+
+
+def test_native_autocast_disables_mixed_precision_for_a_block() -> None:
+    model = LocallyFp32(FEATURES)
+    fit(model, precision="bf16-mixed")
+    assert model.seen_dtypes[:2] == [torch.float32, torch.bfloat16]
+
+
+class OwnAutocast(LinearModel):
+    """The seed's other pattern: no plugin, the model turns autocast on itself (device_type picked for us)."""
+
+    @hpu_autocast(torch.bfloat16)
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.layer(x)
+
+
+def test_hpu_autocast_decorator_under_32_true() -> None:
+    model = OwnAutocast(FEATURES)
+    fit(model)
+    assert set(model.seen_dtypes) == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("precision", ["16-mixed", "fp8"])
+def test_first_generation_gaudi_refuses_fp16_and_fp8(precision, monkeypatch) -> None:
+    monkeypatch.setenv("HPU_NB_DEVICE", "gaudi")
+    with pytest.raises(UnsupportedPrecisionError, match=r"GAUDI.*Gaudi2 or newer"):
+        HPUPrecisionPlugin(precision=precision)
+    with pytest.raises(UnsupportedPrecisionError):
+        L.Trainer(accelerator="hpu", devices=1, precision=precision if precision != "fp8" else "16-mixed")
+    assert HPUPrecisionPlugin("bf16-mixed").precision == "bf16-mixed"
+
+
+def test_gaudi3_allows_fp8(monkeypatch) -> None:
+    monkeypatch.setenv("HPU_NB_DEVICE", "gaudi3")
+    assert HPUPrecisionPlugin("fp8").precision == "fp8"
+
+
+def test_seed_arguments_bf16_and_fp32_file_paths(tmp_path) -> None:
+    (tmp_path / "bf16.txt").write_text("softmax\n")
+    (tmp_path / "fp32.txt").write_text("linear\n")
+    with pytest.warns(DeprecationWarning, match="lower_list"):
+        plugin = HPUPrecisionPlugin(
+            "bf16-mixed", opt_level="O1", verbose=False,
+            bf16_file_path=str(tmp_path / "bf16.txt"), fp32_file_path=str(tmp_path / "fp32.txt"),
+        )
+    assert plugin.op_lists.lower_ops == {"softmax"} and plugin.op_lists.fp32_ops == {"linear"}
+    with plugin.forward_context():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float32
+        assert torch.softmax(torch.randn(2, 4), -1).dtype == torch.bfloat16
+
+
+def test_hmp_params_are_read_with_a_deprecation(tmp_path) -> None:
+    (tmp_path / "fp32.txt").write_text("linear\n")
+    with pytest.warns(DeprecationWarning, match="hmp_params is deprecated"):
+        plugin = HPUPrecisionPlugin("bf16-mixed", hmp_params={"level": "O1", "verbose": False, "bf16_ops": None,
+                                                              "fp32_ops": str(tmp_path / "fp32.txt")})
+    assert plugin.op_lists.fp32_ops == {"linear"}
+    with pytest.raises(ValueError, match="unknown keys"):
+        HPUPrecisionPlugin("bf16-mixed", hmp_params={"lvl": "O1"})
+    with pytest.raises(ValueError, match="opt_level='O2'"):
+        HPUPrecisionPlugin("bf16-mixed", opt_level="O2")
+
+
+def test_bad_op_list_fails_at_plugin_creation(tmp_path) -> None:
+    with pytest.raises(OpListError, match="'lineer'"):
+        HPUPrecisionPlugin("bf16-mixed", fp32_list=["lineer"])
+
+
+def test_no_lists_means_no_function_mode() -> None:
+    from torch.overrides import _get_current_function_mode_stack
+
+    with HPUPrecisionPlugin("bf16-mixed").forward_context():
+        assert _get_current_function_mode_stack() == []
+    with HPUPrecisionPlugin("bf16-mixed", fp32_list=["linear"]).forward_context():
+        assert len(_get_current_function_mode_stack()) == 1
+
+
+def test_on_a_gaudi_autocast_targets_hpu_and_env_lists_are_left_to_habana(fake_gaudi, tmp_path, monkeypatch) -> None:  # noqa: F811
+    assert autocast_device_type() == "hpu"
+    ops = tmp_path / "fp32.txt"
+    ops.write_text("linear\n")
+    monkeypatch.setenv("FP32_LIST", str(ops))
+    from torch.overrides import _get_current_function_mode_stack
+
+    with HPUPrecisionPlugin("bf16-mixed").forward_context():
+        assert torch.is_autocast_enabled("hpu") and torch.get_autocast_dtype("hpu") == torch.bfloat16
+        assert not torch.is_autocast_enabled("cpu")
+        assert _get_current_function_mode_stack() == []  # Habana reads FP32_LIST itself
+    with HPUPrecisionPlugin("bf16-mixed", fp32_list=["matmul"]).forward_context():
+        assert len(_get_current_function_mode_stack()) == 1  # argument lists are ours to apply
