@@ -1,0 +1,237 @@
+"""TrainerConfigWidget / PrecisionConfigWidget: click a Trainer for HPU together and get the code for it.
+
+The form is made of ipywidgets controls (a kept library; keyboard and screen-reader friendly); the generated code,
+the validation messages and the Copy button are a small anywidget (`static/config_widget.js`, shipped in the
+package). All logic lives in `hpu_nb.core.trainer_config.TrainerConfig`, which the widget only edits: the code
+shown is `cfg.code`, and `cfg.trainer_kwargs()` builds exactly that Trainer. Clicks are handled by the kernel
+between cells, as all widget events are.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import ipywidgets as w
+import traitlets
+
+from hpu_nb.core.trainer_config import (
+    ACCELERATORS,
+    AUTOCAST_LABELS,
+    DEEPSPEED_STAGES,
+    FP8,
+    MIXED,
+    PRECISION_LABELS,
+    STRATEGY_LABELS,
+    Issue,
+    TrainerConfig,
+    config_from,
+    op_list_text,
+    parse_op_list,
+)
+from hpu_nb.runtime import get_backend
+
+STATIC = Path(__file__).parent / "static"
+ALL_FIELDS = ("accelerator", "devices", "strategy", "deepspeed_stage", "offload_optimizer", "precision", "autocast",
+              "lower_list", "fp32_list", "fp8_data_path", "profiler", "monitor")
+PRECISION_FIELDS = ("precision", "autocast", "lower_list", "fp32_list", "fp8_data_path")
+
+
+class CodePanel(anywidget.AnyWidget):
+    """The generated code with a Copy button, and the validation messages above it."""
+
+    _esm = STATIC / "config_widget.js"
+    _css = STATIC / "config_widget.css"
+
+    code = traitlets.Unicode("").tag(sync=True)
+    issues = traitlets.List().tag(sync=True)  # [{"level", "field", "message"}]
+    backend_label = traitlets.Unicode("").tag(sync=True)
+
+
+class TrainerConfigWidget(w.VBox):
+    """A form for `L.Trainer(...)` on HPU that validates as you click and writes the code.
+
+    `TrainerConfigWidget(precision="bf16-mixed", devices=2)` presets fields (names as in TrainerConfig).
+    Use it with `L.Trainer(**cfg.trainer_kwargs())`, `cfg.code`, or `cfg.insert_cell()`.
+    """
+
+    FIELDS: tuple[str, ...] = ALL_FIELDS
+
+    def __init__(self, config: TrainerConfig | None = None, **fields: Any) -> None:
+        if config is not None and fields:
+            raise TypeError("Pass either a TrainerConfig or field values, not both.")
+        self._config = config if config is not None else config_from(fields.items())
+        self._updating = False
+        self.controls = self._make_controls()
+        self.panel = CodePanel()
+        backend = get_backend()
+        kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
+        self.panel.backend_label = f"{kind}: {backend.device_count()} x {backend.device_name()}"
+        title = w.HTML(f"<b>{html.escape(self._title())}</b> — {html.escape(self.panel.backend_label)}")
+        form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="420px"))
+        super().__init__([title, w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start"))])
+        self.add_class("hpu-cfg")
+        for name, control in self.controls.items():
+            control.observe(self._on_change, names="value")
+        self._refresh()
+
+    # -- form -----------------------------------------------------------------------------------------------
+    def _title(self) -> str:
+        return "Trainer configuration"
+
+    def _make_controls(self) -> dict[str, w.Widget]:
+        c = self._config
+        wide = w.Layout(width="300px")
+        make = {
+            "accelerator": lambda: w.ToggleButtons(options=[('"hpu"', "hpu"), ("HPUAccelerator()", "HPUAccelerator()")],
+                                                   value=c.accelerator if c.accelerator in ACCELERATORS else "hpu",
+                                                   style={"button_width": "130px"}),
+            "devices": lambda: w.BoundedIntText(value=c.devices if isinstance(c.devices, int) else 1, min=1, max=1024,
+                                                layout=w.Layout(width="90px")),
+            "strategy": lambda: w.Dropdown(options=[(v, k) for k, v in STRATEGY_LABELS.items()], value=c.strategy,
+                                           layout=wide),
+            "deepspeed_stage": lambda: w.ToggleButtons(options=[(f"ZeRO-{s}", s) for s in DEEPSPEED_STAGES],
+                                                       value=c.deepspeed_stage, style={"button_width": "64px"}),
+            "offload_optimizer": lambda: w.Checkbox(value=c.offload_optimizer, description="offload optimizer to CPU",
+                                                    indent=False),
+            "precision": lambda: w.Dropdown(options=[(v, k) for k, v in PRECISION_LABELS.items()], value=c.precision,
+                                            layout=wide),
+            "autocast": lambda: w.ToggleButtons(options=[(v, k) for k, v in AUTOCAST_LABELS.items()], value=c.autocast,
+                                                style={"button_width": "150px"}),
+            "lower_list": lambda: w.Text(value=op_list_text(c.lower_list), layout=wide,
+                                         placeholder="op names (linear, matmul) or a file"),
+            "fp32_list": lambda: w.Text(value=op_list_text(c.fp32_list), layout=wide,
+                                        placeholder="op names (softmax, log_softmax) or a file"),
+            "fp8_data_path": lambda: w.Text(value=c.fp8_data_path, layout=wide),
+            "profiler": lambda: w.Checkbox(value=c.profiler, description="HPUProfiler()", indent=False),
+            "monitor": lambda: w.Checkbox(value=c.monitor, description="MemoryMonitor()", indent=False),
+        }
+        return {name: make[name]() for name in self.FIELDS}
+
+    LABELS = {
+        "accelerator": "accelerator", "devices": "devices", "strategy": "strategy", "deepspeed_stage": "ZeRO stage",
+        "offload_optimizer": "offload", "precision": "precision", "autocast": "autocast via",
+        "lower_list": "bf16 op list", "fp32_list": "fp32 op list", "fp8_data_path": "fp8 data dir",
+        "profiler": "profiler", "monitor": "memory chart",
+    }
+
+    def _row(self, name: str) -> w.Widget:
+        label = w.Label(self.LABELS[name], layout=w.Layout(width="110px"))
+        row = w.HBox([label, self.controls[name]])
+        row.add_class(f"hpu-cfg-row-{name}")
+        return row
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def _value_of(self, name: str) -> Any:
+        value = self.controls[name].value
+        if name in ("lower_list", "fp32_list"):
+            return parse_op_list(value)
+        return value
+
+    def _on_change(self, change: dict) -> None:
+        if self._updating:
+            return
+        values = {name: self._value_of(name) for name in self.controls}
+        self._config = self._config.replace(**values)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Show the code and the issues; enable only the controls that matter for the current choices."""
+        c = self._config
+        enabled = {
+            "deepspeed_stage": c.strategy == "deepspeed",
+            "offload_optimizer": c.strategy == "deepspeed",
+            "autocast": c.precision in MIXED,
+            "lower_list": c.precision in MIXED and c.autocast == "plugin",
+            "fp32_list": c.precision in MIXED and c.autocast == "plugin",
+            "fp8_data_path": c.precision in FP8 and c.precision != "fp8",
+        }
+        issues = c.issues()
+        bad = {i.field for i in issues if i.level == "error"}
+        for name, control in self.controls.items():
+            control.disabled = not enabled.get(name, True)
+            if name in bad or (name == "fp32_list" and "lower_list" in bad):
+                control.add_class("hpu-cfg-invalid")
+            else:
+                control.remove_class("hpu-cfg-invalid")
+        with self.panel.hold_sync():
+            self.panel.code = c.code
+            self.panel.issues = [{"level": i.level, "field": i.field, "message": i.message} for i in issues]
+
+    def set(self, **fields: Any) -> "TrainerConfigWidget":
+        """Change fields from code (the form follows); returns self."""
+        config = config_from({**{n: getattr(self._config, n) for n in TrainerConfig.field_names()}, **fields}.items())
+        self._config = config
+        self._updating = True
+        try:
+            for name, control in self.controls.items():
+                value = getattr(config, name)
+                control.value = op_list_text(value) if name in ("lower_list", "fp32_list") else value
+        finally:
+            self._updating = False
+        self._refresh()
+        return self
+
+    # -- what users call ------------------------------------------------------------------------------------
+    @property
+    def config(self) -> TrainerConfig:
+        return self._config
+
+    @property
+    def code(self) -> str:
+        """The Python that builds this Trainer (fp8: it converts your `model` first)."""
+        return self._config.code
+
+    @property
+    def issues(self) -> list[Issue]:
+        return self._config.issues()
+
+    def trainer_kwargs(self, model: Any = None) -> dict[str, Any]:
+        """`L.Trainer(**cfg.trainer_kwargs())`; raises InvalidConfigError listing the errors, if any."""
+        return self._config.trainer_kwargs(model)
+
+    def build(self, model: Any = None) -> tuple[dict[str, Any], Any]:
+        """(Trainer kwargs, the model to train): fp8 converts the model."""
+        return self._config.build(model)
+
+    def insert_cell(self) -> None:
+        """Put the code into a new cell below this one (IPython's set_next_input payload; JupyterLab 4 honours it)."""
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None:
+            raise RuntimeError("insert_cell() needs IPython or Jupyter; outside them, use cfg.code.")
+        shell.set_next_input(self.code, replace=False)
+
+    # -- headless / text ------------------------------------------------------------------------------------
+    def _text(self) -> str:
+        issues = self._config.issues()
+        head = [f"{self._title()} ({self.panel.backend_label})"]
+        head += [f"  {i}" for i in issues]
+        return "\n".join(head + ["", self.code])
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/plain"] = self._text()
+        issues = "".join(
+            f'<li style="color:{"#b00020" if i.level == "error" else "#8a6d00"}">{html.escape(str(i))}</li>'
+            for i in self._config.issues()
+        )
+        data["text/html"] = (f"<div><b>{html.escape(self._title())}</b> ({html.escape(self.panel.backend_label)})"
+                             f"{'<ul>' + issues + '</ul>' if issues else ''}<pre>{html.escape(self.code)}</pre></div>")
+        return bundle
+
+    def __repr__(self) -> str:
+        return self._text()
+
+
+class PrecisionConfigWidget(TrainerConfigWidget):
+    """The precision part of the form only: precision, autocast style, op lists, fp8 data directory."""
+
+    FIELDS = PRECISION_FIELDS
+
+    def _title(self) -> str:
+        return "Precision configuration"
