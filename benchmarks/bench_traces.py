@@ -1,0 +1,201 @@
+"""Trace loading and viewer payload benchmark (hpu_nb.traces vs json.load), side by side in one run.
+
+1. Profiles a real small model with torch.profiler (CPU activity, memory events) for a few steps.
+2. Tiles that trace's events (shifted in time, steps renumbered) into a ~1M-event Chrome trace in a
+   temp dir, one event per line (Kineto pretty-prints a little more; we strip that whitespace anyway).
+3. Loads it with `json.load` and with `hpu_nb.traces.load`, each in a fresh subprocess (so peak RSS
+   is clean), alternating, best of N; prints the time ratio and peak memory / file size.
+4. Prints the bytes the viewer sends for the full view and for a zoomed (one-step) view.
+
+    .venv/bin/python benchmarks/bench_traces.py [--events 1000000] [--repeat 2] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MEASURE = r"""
+import json, resource, sys, time
+import numpy as np
+mode, path = sys.argv[1], sys.argv[2]
+extra = {}
+if mode.startswith("hpu_nb"):
+    import hpu_nb.traces as traces
+def rss_mb():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+base = rss_mb()
+t = time.perf_counter()
+if mode == "json":
+    with open(path, "rb") as fh:
+        doc = json.load(fh)
+    n = len(doc["traceEvents"])
+else:
+    doc = traces.load(path, keep_args=(mode == "hpu_nb"))
+    n = len(doc)
+    extra["args_mb"] = doc._args.nbytes / 2**20 if doc._args is not None else 0.0
+    extra["columns_mb"] = sum(v.nbytes for v in vars(doc).values() if isinstance(v, np.ndarray)) / 2**20
+elapsed = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(dict(extra, seconds=elapsed, events=n, peak_mb=peak - base, held_mb=rss_mb() - base)))
+"""
+
+
+def profile_small_model(out_dir: str) -> str:
+    """A real trace: a small MLP trained for a few steps under torch.profiler (CPU + memory events)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    path = os.path.join(out_dir, "small.pt.trace.json")
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        profile_memory=True,
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=5),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    ) as prof:
+        for _ in range(6):
+            x = torch.randn(64, 128)
+            loss = torch.nn.functional.cross_entropy(model(x), torch.randint(0, 10, (64,)))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    return path
+
+
+def tile_trace(src: str, dst: str, target_events: int) -> int:
+    """Repeat the events of `src` shifted in time until about `target_events`; Kineto's layout. Returns events."""
+    with open(src) as fh:
+        doc = json.load(fh)
+    events = doc.pop("traceEvents")
+    meta = [e for e in events if e.get("ph") == "M"]
+    body = [e for e in events if e.get("ph") != "M" and "ts" in e]
+    t0 = min(e["ts"] for e in body)
+    span = max(e["ts"] + e.get("dur", 0) for e in body) - t0 + 5.0
+    # serialise each event once, with placeholders for what changes per copy
+    templates = []
+    for e in body:
+        e = dict(e)
+        ts = e["ts"] - t0
+        step = None
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            step = int(e["name"].split("#")[1])
+            e["name"] = "@@NAME@@"
+        e["ts"] = "@@TS@@"
+        text = "  " + json.dumps(e).replace('"@@TS@@"', "{ts:.3f}").replace('"@@NAME@@"', '"ProfilerStep#{step}"')
+        templates.append((text.replace("{", "{{").replace("}", "}}")
+                          .replace("{{ts:.3f}}", "{ts:.3f}").replace("{{step}}", "{step}"), ts, step))
+    copies = max(1, target_events // len(body))
+    head = {k: v for k, v in doc.items() if k != "traceName"}
+    n = len(meta)
+    with open(dst, "w") as out:
+        out.write(json.dumps(head, indent=2)[:-2] + ',\n  "traceEvents": [\n')
+        out.write(",\n".join("  " + json.dumps(e) for e in meta))
+        steps_per_copy = 10
+        for c in range(copies):
+            base = t0 + c * span
+            out.write(",\n")
+            out.write(",\n".join(
+                tpl.format(ts=base + ts, step=(c * steps_per_copy + step) if step is not None else 0)
+                for tpl, ts, step in templates
+            ))
+            n += len(templates)
+        out.write('\n  ],\n  "traceName": "tiled"\n}\n')
+    return n
+
+
+def measure(mode: str, path: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", MEASURE, mode, path], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{mode} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each loader (best is kept); 2+ on a busy machine")
+    ap.add_argument("--keep", help="write the trace into this folder and keep it")
+    args = ap.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="hpu_nb_bench_traces_")
+    os.makedirs(work, exist_ok=True)
+    try:
+        t = time.perf_counter()
+        small = profile_small_model(work)
+        big = os.path.join(work, "tiled.pt.trace.json")
+        n = tile_trace(small, big, args.events)
+        size_mb = os.path.getsize(big) / 2**20
+        print(f"trace: {n:,} events, {size_mb:.0f} MiB (tiled from a real torch.profiler trace of a small MLP; "
+              f"made in {time.perf_counter() - t:.1f} s)")
+
+        runs: dict[str, list[dict]] = {"json": [], "hpu_nb": [], "hpu_nb_noargs": []}
+        for _ in range(args.repeat):
+            for mode in runs:  # alternate, so all see the same machine state
+                runs[mode].append(measure(mode, big))
+        best = {m: min(r, key=lambda x: x["seconds"]) for m, r in runs.items()}
+        js, ours, lean = best["json"], best["hpu_nb"], best["hpu_nb_noargs"]
+        print(f"json.load:        {js['seconds']:.2f} s, peak +{js['peak_mb']:.0f} MiB "
+              f"({js['peak_mb'] / size_mb:.2f}x file), {js['events']:,} events")
+        print(f"hpu_nb.traces:    {ours['seconds']:.2f} s, peak +{ours['peak_mb']:.0f} MiB "
+              f"({ours['peak_mb'] / size_mb:.2f}x file), held after load {ours['held_mb']:.0f} MiB "
+              f"(columns {ours['columns_mb']:.0f} MiB, args {ours['args_mb']:.0f} MiB), "
+              f"{ours['events']:,} events kept (flow and metadata events are not timeline events)")
+        print(f"  keep_args=False: {lean['seconds']:.2f} s, peak +{lean['peak_mb']:.0f} MiB "
+              f"({lean['peak_mb'] / size_mb:.2f}x file), held {lean['held_mb']:.0f} MiB")
+        ratio = ours["seconds"] / js["seconds"]
+        print(f"load time ratio (hpu_nb / json.load): {ratio:.2f}  (bound: <= 1.5)  "
+              f"[best of {args.repeat}; all: json {[round(r['seconds'], 2) for r in runs['json']]}, "
+              f"hpu_nb {[round(r['seconds'], 2) for r in runs['hpu_nb']]}]")
+        print(f"peak memory / file size: hpu_nb {ours['peak_mb'] / size_mb:.2f}, json.load {js['peak_mb'] / size_mb:.2f}")
+
+        sys.path.insert(0, ROOT)
+        import hpu_nb.traces as traces
+        from hpu_nb.traces.lod import TimelineIndex
+
+        trace = traces.load(big)
+        t = time.perf_counter()
+        index = TimelineIndex(trace)
+        t_index = time.perf_counter() - t
+        width = 1600
+        t = time.perf_counter()
+        full = index.view(0, trace.duration_ns, width)
+        t_full = time.perf_counter() - t
+        step = trace.steps[len(trace.steps) // 2]
+        t = time.perf_counter()
+        zoom = index.view(step.start_ns, step.end_ns, width)
+        t_zoom = time.perf_counter() - t
+        print(f"viewer index: {t_index * 1000:.0f} ms for {len(index.rows)} rows")
+        print(f"full view ({width} px): {full.nbytes:,} bytes ({full.meta['n']:,} items for "
+              f"{full.meta['spans_in_view']:,} spans, {full.meta['merged']:,} merged), {t_full * 1000:.0f} ms  "
+              f"(bound: < 2,000,000)")
+        print(f"zoomed view (one step, {fmt(step.duration_ns)}): {zoom.nbytes:,} bytes "
+              f"({zoom.meta['n']:,} items for {zoom.meta['spans_in_view']:,} spans), {t_zoom * 1000:.0f} ms")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def fmt(ns: float) -> str:
+    from hpu_nb.traces.tables import fmt_ns
+
+    return fmt_ns(ns)
+
+
+if __name__ == "__main__":
+    main()
