@@ -126,6 +126,7 @@ def main() -> int:
         "pid": os.getpid(),
         "fit_seconds": time.perf_counter() - start,
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+        "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None) or trainer.optimizers[0]).__name__,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     if rank == 0:

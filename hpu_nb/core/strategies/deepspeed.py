@@ -10,7 +10,6 @@ DeepSpeed is optional (`pip install 'hpu_nb[deepspeed]'`) and only imported when
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -38,11 +37,13 @@ DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
 def require_deepspeed() -> None:
     """Set DeepSpeed's environment for this device and check it is installed (clear error naming the extra)."""
     hpu_dist.prepare_deepspeed_environment()
-    if importlib.util.find_spec("deepspeed") is None:
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
         raise MisconfigurationException(
             "HPUDeepSpeedStrategy needs DeepSpeed, which is not installed. Install the extra: "
             f"`{EXTRA_HINT}` (on a Gaudi, install Habana's DeepSpeed fork instead, as Intel's Gaudi docs describe)."
-        )
+        ) from None
 
 
 class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
@@ -153,6 +154,21 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     @staticmethod
     def hpu_precision_plugin(precision: Any) -> HPUDeepSpeedPrecisionPlugin:
         return HPUDeepSpeedPrecisionPlugin(precision)
+
+    # -- a config that enables bf16 / fp16 sets the precision, as in the seed's BF16-optimizer example -------------
+    def setup(self, trainer: Any) -> None:
+        self._adopt_config_precision()
+        super().setup(trainer)
+
+    def _adopt_config_precision(self) -> None:
+        assert isinstance(self.config, dict)
+        wanted = next(
+            (p for key, p in (("bf16", "bf16-mixed"), ("fp16", "16-mixed")) if (self.config.get(key) or {}).get("enabled")),
+            None,
+        )
+        if wanted is not None and self.precision_plugin.precision == "32-true":
+            rank_zero_info(f"The DeepSpeed config enables {wanted.split('-')[0]}: training with precision={wanted!r}.")
+            self.precision_plugin = HPUDeepSpeedPrecisionPlugin(wanted)
 
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
     def setup_environment(self) -> None:
