@@ -17,6 +17,7 @@ HPU_ENV = (
     "HABANA_VISIBLE_MODULES",
     "HABANA_PROFILE",
     "QUANT_CONFIG",
+    "HABANA_LOGS",
 )
 
 
