@@ -181,7 +181,8 @@ def test_malformed_events_skipped_and_counted(tmp_path):
 
 def test_small_blocks_split_events_anywhere(tmp_path):
     """The streaming parser must give the same result whatever the block size (splits mid-event)."""
-    events = [span(f"op{i % 5}", i * 3.0, 2.0, nested={"a": [{"b": i}], "c": "}, {"}) for i in range(400)]
+    events = [span(f"op{i % 5}", i * 3.0, 2.0, nested={"a": [{"b": i}], "c": "}, {"}, text="two  spaces\nand a newline")
+              for i in range(400)]
     p = tmp_path / "t.json"
     p.write_text(kineto_like(events))
     whole = parse_file(str(p))
@@ -190,6 +191,9 @@ def test_small_blocks_split_events_anywhere(tmp_path):
         assert len(part.ts_us) == 400 and not part.stats.truncated
         np.testing.assert_array_equal(part.ts_us, whole.ts_us)
         assert [part.names[i] for i in part.name_id] == [whole.names[i] for i in whole.name_id]
+        # args survive the piecewise packing (and the squeezing of pretty-printed whitespace) intact
+        for i in (0, 1, 57, 398, 399):
+            assert part.args.get(i) == {"nested": {"a": [{"b": i}], "c": "}, {"}, "text": "two  spaces\nand a newline"}
 
 
 def test_begin_end_pairs_become_spans(tmp_path):
