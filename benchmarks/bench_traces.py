@@ -98,8 +98,16 @@ def tile_trace(src: str, dst: str, target_events: int) -> int:
             e["name"] = "@@NAME@@"
         e["ts"] = "@@TS@@"
         text = "  " + json.dumps(e).replace('"@@TS@@"', "{ts:.3f}").replace('"@@NAME@@"', '"ProfilerStep#{step}"')
-        templates.append((text.replace("{", "{{").replace("}", "}}")
-                          .replace("{{ts:.3f}}", "{ts:.3f}").replace("{{step}}", "{step}"), ts, step))
+        templates.append(
+            (
+                text.replace("{", "{{")
+                .replace("}", "}}")
+                .replace("{{ts:.3f}}", "{ts:.3f}")
+                .replace("{{step}}", "{step}"),
+                ts,
+                step,
+            )
+        )
     copies = max(1, target_events // len(body))
     head = {k: v for k, v in doc.items() if k != "traceName"}
     n = len(meta)
@@ -110,10 +118,12 @@ def tile_trace(src: str, dst: str, target_events: int) -> int:
         for c in range(copies):
             base = t0 + c * span
             out.write(",\n")
-            out.write(",\n".join(
-                tpl.format(ts=base + ts, step=(c * steps_per_copy + step) if step is not None else 0)
-                for tpl, ts, step in templates
-            ))
+            out.write(
+                ",\n".join(
+                    tpl.format(ts=base + ts, step=(c * steps_per_copy + step) if step is not None else 0)
+                    for tpl, ts, step in templates
+                )
+            )
             n += len(templates)
         out.write('\n  ],\n  "traceName": "tiled"\n}\n')
     return n
@@ -121,7 +131,9 @@ def tile_trace(src: str, dst: str, target_events: int) -> int:
 
 def measure(mode: str, path: str) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", MEASURE, mode, path], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, mode, path], capture_output=True, text=True, env=env, check=False
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{mode} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -141,31 +153,43 @@ def main() -> None:
         big = os.path.join(work, "tiled.pt.trace.json")
         n = tile_trace(small, big, args.events)
         size_mb = os.path.getsize(big) / 2**20
-        print(f"trace: {n:,} events, {size_mb:.0f} MiB (tiled from a real torch.profiler trace of a small MLP; "
-              f"made in {time.perf_counter() - t:.1f} s)")
+        print(
+            f"trace: {n:,} events, {size_mb:.0f} MiB (tiled from a real torch.profiler trace of a small MLP; "
+            f"made in {time.perf_counter() - t:.1f} s)"
+        )
 
         runs: dict[str, list[dict]] = {"json": [], "hpu_nb": [], "hpu_nb_noargs": []}
         for _ in range(args.repeat):
-            for mode in runs:  # alternate, so all see the same machine state
-                runs[mode].append(measure(mode, big))
+            for mode, results in runs.items():  # alternate, so all see the same machine state
+                results.append(measure(mode, big))
         best = {m: min(r, key=lambda x: x["seconds"]) for m, r in runs.items()}
         js, ours, lean = best["json"], best["hpu_nb"], best["hpu_nb_noargs"]
-        print(f"json.load:        {js['seconds']:.2f} s, peak +{js['peak_mb']:.0f} MiB "
-              f"({js['peak_mb'] / size_mb:.2f}x file), {js['events']:,} events")
-        print(f"hpu_nb.traces:    {ours['seconds']:.2f} s, peak +{ours['peak_mb']:.0f} MiB "
-              f"({ours['peak_mb'] / size_mb:.2f}x file), held after load {ours['held_mb']:.0f} MiB "
-              f"(columns {ours['columns_mb']:.0f} MiB, args {ours['args_mb']:.0f} MiB), "
-              f"{ours['events']:,} events kept (flow and metadata events are not timeline events)")
-        print(f"  keep_args=False: {lean['seconds']:.2f} s, peak +{lean['peak_mb']:.0f} MiB "
-              f"({lean['peak_mb'] / size_mb:.2f}x file), held {lean['held_mb']:.0f} MiB")
+        print(
+            f"json.load:        {js['seconds']:.2f} s, peak +{js['peak_mb']:.0f} MiB "
+            f"({js['peak_mb'] / size_mb:.2f}x file), {js['events']:,} events"
+        )
+        print(
+            f"hpu_nb.traces:    {ours['seconds']:.2f} s, peak +{ours['peak_mb']:.0f} MiB "
+            f"({ours['peak_mb'] / size_mb:.2f}x file), held after load {ours['held_mb']:.0f} MiB "
+            f"(columns {ours['columns_mb']:.0f} MiB, args {ours['args_mb']:.0f} MiB), "
+            f"{ours['events']:,} events kept (flow and metadata events are not timeline events)"
+        )
+        print(
+            f"  keep_args=False: {lean['seconds']:.2f} s, peak +{lean['peak_mb']:.0f} MiB "
+            f"({lean['peak_mb'] / size_mb:.2f}x file), held {lean['held_mb']:.0f} MiB"
+        )
         ratio = ours["seconds"] / js["seconds"]
-        print(f"load time ratio (hpu_nb / json.load): {ratio:.2f}  (bound: <= 1.5)  "
-              f"[best of {args.repeat}; all: json {[round(r['seconds'], 2) for r in runs['json']]}, "
-              f"hpu_nb {[round(r['seconds'], 2) for r in runs['hpu_nb']]}]")
-        print(f"peak memory / file size: hpu_nb {ours['peak_mb'] / size_mb:.2f}, json.load {js['peak_mb'] / size_mb:.2f}")
+        print(
+            f"load time ratio (hpu_nb / json.load): {ratio:.2f}  (bound: <= 1.5)  "
+            f"[best of {args.repeat}; all: json {[round(r['seconds'], 2) for r in runs['json']]}, "
+            f"hpu_nb {[round(r['seconds'], 2) for r in runs['hpu_nb']]}]"
+        )
+        print(
+            f"peak memory / file size: hpu_nb {ours['peak_mb'] / size_mb:.2f}, json.load {js['peak_mb'] / size_mb:.2f}"
+        )
 
         sys.path.insert(0, ROOT)
-        import hpu_nb.traces as traces
+        from hpu_nb import traces
         from hpu_nb.traces.lod import TimelineIndex
 
         trace = traces.load(big)
@@ -181,11 +205,15 @@ def main() -> None:
         zoom = index.view(step.start_ns, step.end_ns, width)
         t_zoom = time.perf_counter() - t
         print(f"viewer index: {t_index * 1000:.0f} ms for {len(index.rows)} rows")
-        print(f"full view ({width} px): {full.nbytes:,} bytes ({full.meta['n']:,} items for "
-              f"{full.meta['spans_in_view']:,} spans, {full.meta['merged']:,} merged), {t_full * 1000:.0f} ms  "
-              f"(bound: < 2,000,000)")
-        print(f"zoomed view (one step, {fmt(step.duration_ns)}): {zoom.nbytes:,} bytes "
-              f"({zoom.meta['n']:,} items for {zoom.meta['spans_in_view']:,} spans), {t_zoom * 1000:.0f} ms")
+        print(
+            f"full view ({width} px): {full.nbytes:,} bytes ({full.meta['n']:,} items for "
+            f"{full.meta['spans_in_view']:,} spans, {full.meta['merged']:,} merged), {t_full * 1000:.0f} ms  "
+            f"(bound: < 2,000,000)"
+        )
+        print(
+            f"zoomed view (one step, {fmt(step.duration_ns)}): {zoom.nbytes:,} bytes "
+            f"({zoom.meta['n']:,} items for {zoom.meta['spans_in_view']:,} spans), {t_zoom * 1000:.0f} ms"
+        )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-import hpu_nb.traces as traces
+from hpu_nb import traces
 from hpu_nb.notebook.trace_viewer import TraceViewer, hpu_trace_magic
 from hpu_nb.traces.lod import FLAG_MATCH, FLAG_MERGED, TimelineIndex
 
@@ -24,14 +24,36 @@ def synthetic_events(n_steps: int, ops_per_step: int = 60):
     t = 0.0
     for s in range(n_steps):
         step_len = ops_per_step * 10.0
-        ev.append({"ph": "X", "name": f"ProfilerStep#{s}", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": t, "dur": step_len})
+        ev.append(
+            {
+                "ph": "X",
+                "name": f"ProfilerStep#{s}",
+                "cat": "user_annotation",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": step_len,
+            }
+        )
         for k in range(ops_per_step):
             a = t + k * 10.0
             name = HOSTILE if k == 7 else f"aten::op{k % 9}"
             ev.append({"ph": "X", "name": name, "cat": "cpu_op", "pid": 1, "tid": 1, "ts": a + 0.5, "dur": 8.0})
-            ev.append({"ph": "X", "name": "aten::empty", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": a + 1.0, "dur": 1.0})
+            ev.append(
+                {"ph": "X", "name": "aten::empty", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": a + 1.0, "dur": 1.0}
+            )
             if k % 2 == 0:
-                ev.append({"ph": "X", "name": f"tpc_kernel{k % 5}", "cat": "kernel", "pid": 7, "tid": 2, "ts": a + 2, "dur": 6.0})
+                ev.append(
+                    {
+                        "ph": "X",
+                        "name": f"tpc_kernel{k % 5}",
+                        "cat": "kernel",
+                        "pid": 7,
+                        "tid": 2,
+                        "ts": a + 2,
+                        "dur": 6.0,
+                    }
+                )
             if k % 3 == 0:
                 ev.append({"ph": "X", "name": "dataloader", "cat": "cpu_op", "pid": 1, "tid": 9, "ts": a, "dur": 3.0})
         t += step_len + 20.0
@@ -136,8 +158,9 @@ def test_javascript_never_uses_html_sinks():
 
 def test_emulated_note_shown(tmp_path):
     p = tmp_path / "t.json"
-    p.write_text(json.dumps({"hpu_nb": {"note": "emulated Gaudi, CPU activity only"},
-                             "traceEvents": synthetic_events(2, 5)}))
+    p.write_text(
+        json.dumps({"hpu_nb": {"note": "emulated Gaudi, CPU activity only"}, "traceEvents": synthetic_events(2, 5)})
+    )
     v = TraceViewer(str(p))
     assert v.note == "emulated Gaudi, CPU activity only"
     data, _ = v._repr_mimebundle_()

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-import hpu_nb.traces as traces
+from hpu_nb import traces
 from hpu_nb.traces import TraceLoadWarning
 from hpu_nb.traces._parse import parse_file
 
@@ -31,10 +31,23 @@ def span(name, ts, dur, tid=1, pid=1, cat="cpu_op", **args):
 
 
 def memory(ts, allocated, device_type=0, device_id=-1):
-    args = {"Total Allocated": allocated, "Total Reserved": 0, "Bytes": 8, "Device Type": device_type,
-            "Device Id": device_id}
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
-            "args": args}
+    args = {
+        "Total Allocated": allocated,
+        "Total Reserved": 0,
+        "Bytes": 8,
+        "Device Type": device_type,
+        "Device Id": device_id,
+    }
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "args": args,
+    }
 
 
 def two_step_events():
@@ -181,8 +194,10 @@ def test_malformed_events_skipped_and_counted(tmp_path):
 
 def test_small_blocks_split_events_anywhere(tmp_path):
     """The streaming parser must give the same result whatever the block size (splits mid-event)."""
-    events = [span(f"op{i % 5}", i * 3.0, 2.0, nested={"a": [{"b": i}], "c": "}, {"}, text="two  spaces\nand a newline")
-              for i in range(400)]
+    events = [
+        span(f"op{i % 5}", i * 3.0, 2.0, nested={"a": [{"b": i}], "c": "}, {"}, text="two  spaces\nand a newline")
+        for i in range(400)
+    ]
     p = tmp_path / "t.json"
     p.write_text(kineto_like(events))
     whole = parse_file(str(p))
@@ -219,9 +234,15 @@ def test_hostile_names_escaped_in_every_html(tmp_path):
     p.write_text(json.dumps({"traceEvents": ev}))
     t = traces.load(p)
     other = traces.load(p)
-    outputs = [t.summary()._repr_html_(), t.ops()._repr_html_(), t.per_step()._repr_html_(),
-               t.per_track()._repr_html_(), t.idle_gaps(min_ns=0)._repr_html_(), t.memory()._repr_html_(),
-               traces.compare(t, other)._repr_html_()]
+    outputs = [
+        t.summary()._repr_html_(),
+        t.ops()._repr_html_(),
+        t.per_step()._repr_html_(),
+        t.per_track()._repr_html_(),
+        t.idle_gaps(min_ns=0)._repr_html_(),
+        t.memory()._repr_html_(),
+        traces.compare(t, other)._repr_html_(),
+    ]
     for out in outputs:
         assert "<img" not in out
     assert "&lt;img src=x onerror=alert(1)&gt;" in outputs[0]
@@ -233,7 +254,11 @@ def test_compare_finds_what_got_slower(tmp_path):
         ev = []
         for k in range(n_steps):
             b = k * 1000.0
-            ev += [span(f"ProfilerStep#{k}", b, 900.0), span("aten::relu", b + 1, relu_dur), span("aten::mm", b + 300, 100.0)]
+            ev += [
+                span(f"ProfilerStep#{k}", b, 900.0),
+                span("aten::relu", b + 1, relu_dur),
+                span("aten::mm", b + 300, 100.0),
+            ]
         p = tmp_path / f"r{relu_dur}_{n_steps}.json"
         p.write_text(json.dumps({"traceEvents": ev}))
         return str(p)

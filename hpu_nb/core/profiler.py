@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import glob
 import json
+import logging
 import os
 import time
 import warnings
@@ -22,6 +23,8 @@ import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 
 from hpu_nb.runtime import get_backend
+
+log = logging.getLogger(__name__)
 
 ALLOWED_HABANA_PROFILE = ("", "profile_api_light")
 EMULATED_NOTE = "emulated Gaudi, CPU activity only"
@@ -86,8 +89,8 @@ class HPUProfiler(PyTorchProfiler):
         info = dict(self._device_info, activities=[_activity_name(a) for a in self.activities])
         try:
             prof.add_metadata_json("hpu_nb", json.dumps(info))
-        except Exception:  # the profiler may be between cycles (waiting): it then takes no metadata  # noqa: BLE001
-            pass
+        except Exception as err:  # noqa: BLE001 - metadata is a nicety; never fail a training run over it
+            log.debug("HPUProfiler could not add trace metadata: %s", err)
 
     # -- results -------------------------------------------------------------------------------
     def trace_paths(self) -> list[str]:
@@ -157,8 +160,8 @@ def _device_info(backend: Any) -> dict[str, Any]:
     info: dict[str, Any] = {"backend": backend.name, "emulated": bool(backend.is_emulated)}
     try:
         info["device"] = backend.device_name()
-    except Exception:  # noqa: BLE001 - facts are nice to have, never a reason to fail profiling
-        pass
+    except Exception as err:  # noqa: BLE001 - facts are nice to have, never a reason to fail profiling
+        log.debug("HPUProfiler could not read the device name: %s", err)
     if backend.is_emulated:
         info["note"] = EMULATED_NOTE
     return info

@@ -97,7 +97,7 @@ class TraceViewer(anywidget.AnyWidget):
         t0 = max(0.0, min(t0, self.duration))
         t1 = min(self.duration, max(t1, t0 + 1000.0))
         if t1 <= t0:
-            t0, t1 = max(0.0, t1 - 1000.0), t1
+            t0 = max(0.0, t1 - 1000.0)
         return t0, t1
 
     def _match_ids(self) -> np.ndarray | None:

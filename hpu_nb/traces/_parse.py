@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -133,9 +134,7 @@ class _Columns:
         self.dur.append(np.fromiter([e.dur for e in kept], np.float64, n))
         self.name_id.append(np.fromiter([names.setdefault(e.name, len(names)) for e in kept], np.int32, n))
         self.cat_id.append(np.fromiter([cats.setdefault(e.cat, len(cats)) for e in kept], np.int32, n))
-        self.track_id.append(
-            np.fromiter([tracks.setdefault((e.pid, e.tid), len(tracks)) for e in kept], np.int32, n)
-        )
+        self.track_id.append(np.fromiter([tracks.setdefault((e.pid, e.tid), len(tracks)) for e in kept], np.int32, n))
         self.ph.append(np.fromiter([_KEPT_PHASES[e.ph] for e in kept], np.uint8, n))
         special = np.flatnonzero(self.ph[-1] == PH_COUNTER)
         memory_id = names.get(MEMORY_EVENT)
@@ -212,7 +211,7 @@ class ParsedTrace:
     names: list[str]
     cats: list[str]
     tracks: list[tuple[Any, Any]]
-    args: "ArgsStore | None"
+    args: ArgsStore | None
     special_args: dict[int, bytes]  # args of memory and counter events, by event index
     metadata_events: list[dict[str, Any]]
     top_level: dict[str, Any]
@@ -336,8 +335,7 @@ class _Parser:
             return m.end(), buf[: m.start()]
         if at_eof:
             raise ValueError(
-                "not a Chrome trace: no 'traceEvents' array and not a JSON array of events "
-                f"(first bytes: {buf[:60]!r})"
+                f"not a Chrome trace: no 'traceEvents' array and not a JSON array of events (first bytes: {buf[:60]!r})"
             )
         return None, b""
 

@@ -54,7 +54,14 @@ class ViewPayload:
         n = self.meta["n"]
         buf = memoryview(self.data)
         out, off = {}, 0
-        for key, dtype in (("x0", "<f4"), ("x1", "<f4"), ("name", "<i4"), ("ref", "<i4"), ("row", "<u2"), ("flags", "u1")):
+        for key, dtype in (
+            ("x0", "<f4"),
+            ("x1", "<f4"),
+            ("name", "<i4"),
+            ("ref", "<i4"),
+            ("row", "<u2"),
+            ("flags", "u1"),
+        ):
             size = np.dtype(dtype).itemsize * n
             out[key] = np.frombuffer(buf[off : off + size], dtype=dtype)
             off += size
@@ -75,7 +82,7 @@ class TimelineIndex:
             d = depth[lo:hi]
             if not (d >= 0).any():
                 continue
-            for level in range(0, min(int(d.max()), max_depth - 1) + 1):
+            for level in range(min(int(d.max()), max_depth - 1) + 1):
                 pos = lo + np.flatnonzero(d == level)  # already in time order (sorted by track, ts)
                 if not len(pos):
                     continue
@@ -110,7 +117,7 @@ class TimelineIndex:
             resolution *= 2  # too many rows x pixels: coarsen until the payload fits
         return self._pack(parts, t0, t1, width, resolution)
 
-    def _collect(self, t0, t1, width, match_ids, min_px, merge_px):  # noqa: ANN001, ANN202
+    def _collect(self, t0, t1, width, match_ids, min_px, merge_px):
         tr = self.trace
         ns_per_px = (t1 - t0) / width
         parts = []
@@ -130,7 +137,9 @@ class TimelineIndex:
             w = np.flatnonzero(wide)
             items_x0, items_x1 = [x0[w]], [x1[w]]
             items_name, items_ref = [tr.name_id[sel[w]].astype(np.int32)], [sel[w].astype(np.int32)]
-            items_flags = [np.where(match[w], FLAG_MATCH, 0).astype(np.uint8) if match is not None else np.zeros(len(w), np.uint8)]
+            items_flags = [
+                np.where(match[w], FLAG_MATCH, 0).astype(np.uint8) if match is not None else np.zeros(len(w), np.uint8)
+            ]
             nw = np.flatnonzero(~wide)
             if len(nw):
                 # narrow spans: one block per occupied pixel column, named after its longest span
@@ -165,17 +174,17 @@ class TimelineIndex:
             )
         return parts
 
-    def _pack(self, parts, t0, t1, width, resolution) -> ViewPayload:  # noqa: ANN001
-        cols = [np.concatenate([p[k] for p in parts]) if parts else np.empty(0, dt)
-                for k, dt in enumerate((np.float32, np.float32, np.int32, np.int32, np.uint16, np.uint8))]
-        x0, x1, name, ref, row, flags = cols
+    def _pack(self, parts, t0, t1, width, resolution) -> ViewPayload:
+        cols = [
+            np.concatenate([p[k] for p in parts]) if parts else np.empty(0, dt)
+            for k, dt in enumerate((np.float32, np.float32, np.int32, np.int32, np.uint16, np.uint8))
+        ]
+        x0, name, ref, flags = cols[0], cols[2], cols[3], cols[5]
         ids = np.unique(name[name >= 0])
         names = {int(i): _clip(self.trace.names[int(i)]) for i in ids}
-        data = b"".join(
-            c.astype(dt).tobytes() for c, dt in zip(cols, ("<f4", "<f4", "<i4", "<i4", "<u2", "u1"))
-        )
+        data = b"".join(c.astype(dt).tobytes() for c, dt in zip(cols, ("<f4", "<f4", "<i4", "<i4", "<u2", "u1")))
         meta = {
-            "n": int(len(x0)),
+            "n": len(x0),
             "t0": t0,
             "t1": t1,
             "width": width,

@@ -191,7 +191,14 @@ class Trace:
         pick = nz[np.argsort(-key[nz], kind="stable")][:top]
         grand = max(int(self_t.sum()), 1)
         rows = [
-            [self.names[k], int(count[k]), int(total[k]), int(self_t[k]), 100.0 * self_t[k] / grand, int(total[k] // count[k])]
+            [
+                self.names[k],
+                int(count[k]),
+                int(total[k]),
+                int(self_t[k]),
+                100.0 * self_t[k] / grand,
+                int(total[k] // count[k]),
+            ]
             for k in pick
         ]
         return Table(
@@ -275,8 +282,13 @@ class Trace:
             big = np.flatnonzero(gaps >= min_ns)
             for g in big[np.argsort(-gaps[big])][:top]:
                 found.append(
-                    [int(gaps[g]), t.label, int(run_end[g]), self.names[int(self.name_id[idx[g]])],
-                     self.names[int(self.name_id[idx[g + 1]])]]
+                    [
+                        int(gaps[g]),
+                        t.label,
+                        int(run_end[g]),
+                        self.names[int(self.name_id[idx[g]])],
+                        self.names[int(self.name_id[idx[g + 1]])],
+                    ]
                 )
         found.sort(key=lambda r: -r[0])
         return Table(
@@ -286,7 +298,7 @@ class Trace:
             {"gap": fmt_ns, "at": fmt_ns},
         )
 
-    def memory(self) -> "MemoryTimeline":
+    def memory(self) -> MemoryTimeline:
         """Allocated / reserved bytes over time from the profiler's [memory] events, per device."""
         mid = self.names.index(MEMORY_EVENT) if MEMORY_EVENT in self.names else -1
         idx = np.flatnonzero((self.name_id == mid) & (self.ph == PH_INSTANT)) if mid >= 0 else np.empty(0, np.int64)
@@ -314,7 +326,7 @@ class Trace:
                     out.setdefault(f"{self.names[int(self.name_id[i])]}.{key}", []).append((int(self.ts[i]), value))
         return {k: np.array(v) for k, v in out.items()}
 
-    def summary(self, top: int = 15) -> "TraceSummary":
+    def summary(self, top: int = 15) -> TraceSummary:
         """Top ops by self and total time, steps, tracks, idle gaps and memory in one object."""
         return TraceSummary(self, top)
 
@@ -452,8 +464,24 @@ def _decode_memory_one(raw: bytes) -> _MemoryArgs | None:
 
 
 def _memory_device(kind: Any, dev: Any) -> str:
-    names = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
-             8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu"}
+    names = {
+        0: "cpu",
+        1: "cuda",
+        2: "mkldnn",
+        3: "opengl",
+        4: "opencl",
+        5: "ideep",
+        6: "hip",
+        7: "fpga",
+        8: "maia",
+        9: "xla",
+        10: "vulkan",
+        11: "metal",
+        12: "xpu",
+        13: "mps",
+        14: "meta",
+        15: "hpu",
+    }
     name = names.get(kind, str(kind)) if isinstance(kind, int) else str(kind or "?")
     return name if dev in (-1, None) else f"{name}:{dev}"
 

@@ -36,8 +36,10 @@ def timeline_svg(
     rows = index.rows[:max_rows]
     height = row_height * len(rows) + 18
     out = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"font-family='sans-serif' font-size='9' role='img'>",
+        (
+            f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+            f"font-family='sans-serif' font-size='9' role='img'>"
+        ),
         f"<title>{html.escape(_caption(trace, t0, t1))}</title>",
     ]
     if rows:
@@ -58,9 +60,7 @@ def timeline_svg(
         last = None
         for r, row in enumerate(rows):
             if row.track != last:
-                out.append(
-                    f"<text x='2' y='{r * row_height + row_height - 3}'>{html.escape(row.label[:30])}</text>"
-                )
+                out.append(f"<text x='2' y='{r * row_height + row_height - 3}'>{html.escape(row.label[:30])}</text>")
                 last = row.track
     ticks = np.linspace(t0, t1, 5)
     for k, t in enumerate(ticks):
@@ -68,7 +68,9 @@ def timeline_svg(
         anchor = "start" if k == 0 else "end" if k == 4 else "middle"
         out.append(f"<text x='{x:.0f}' y='{height - 4}' text-anchor='{anchor}' fill='#555'>{fmt_ns(t)}</text>")
     if len(index.rows) > max_rows:
-        out.append(f"<text x='{width - 2}' y='10' text-anchor='end' fill='#555'>+{len(index.rows) - max_rows} rows</text>")
+        out.append(
+            f"<text x='{width - 2}' y='10' text-anchor='end' fill='#555'>+{len(index.rows) - max_rows} rows</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 

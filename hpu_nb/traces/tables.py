@@ -7,7 +7,8 @@ it, so a hostile name like ``<img src=x onerror=...>`` shows as text and never r
 from __future__ import annotations
 
 import html
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 
 def fmt_ns(ns: float) -> str:

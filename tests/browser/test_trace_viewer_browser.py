@@ -46,13 +46,13 @@ p.write_text(json.dumps({{"traceEvents": ev}}))
 ]
 
 
-def _state(lab) -> dict:  # noqa: ANN001
+def _state(lab) -> dict:
     lab.run_cell(1)
     text = lab.cell_text(1)
     return json.loads(text[text.index("STATE") + 5 :].strip())
 
 
-def _wait_state(lab, ok, timeout: float = 20) -> dict:  # noqa: ANN001
+def _wait_state(lab, ok, timeout: float = 20) -> dict:
     deadline = time.monotonic() + timeout
     state = _state(lab)
     while not ok(state) and time.monotonic() < deadline:
@@ -62,7 +62,7 @@ def _wait_state(lab, ok, timeout: float = 20) -> dict:  # noqa: ANN001
     return state
 
 
-def test_trace_viewer_in_jupyterlab(lab, jupyter_lab) -> None:  # noqa: ANN001
+def test_trace_viewer_in_jupyterlab(lab, jupyter_lab) -> None:
     jupyter_lab.write_notebook("browser_trace.ipynb", CELLS)
     started = time.monotonic()
     lab.open_notebook("browser_trace.ipynb")
@@ -74,7 +74,7 @@ def test_trace_viewer_in_jupyterlab(lab, jupyter_lab) -> None:  # noqa: ANN001
     print(f"\nbrowser trace-viewer test took {time.monotonic() - started:.1f} s; screenshots in {lab.artifacts}")
 
 
-def _check(lab) -> None:  # noqa: ANN001
+def _check(lab) -> None:
     lab.run_cell(0, timeout=180)
     out = lab.cell(0)
     canvas = out.locator(".hpu-trace canvas")
@@ -82,7 +82,8 @@ def _check(lab) -> None:  # noqa: ANN001
     widget = out.locator(".hpu-trace")
     assert "emulated Gaudi, CPU activity only" in widget.locator(".hpu-trace-note").inner_text()
     lab.page.wait_for_function(
-        "(el) => el.textContent.includes('spans in view')", arg=widget.locator(".hpu-trace-status").element_handle())
+        "(el) => el.textContent.includes('spans in view')", arg=widget.locator(".hpu-trace-status").element_handle()
+    )
     ops_text = widget.locator(".hpu-trace-ops").inner_text()
     assert "aten::" in ops_text
     box = canvas.bounding_box()
@@ -103,7 +104,7 @@ def _check(lab) -> None:  # noqa: ANN001
 
     # pick the first step in the list: the view becomes that step with 2% margins (kept inside the trace)
     widget.locator(".hpu-trace-steps").select_option(index=1)
-    number, s0, s1 = state["steps"][0]
+    _, s0, s1 = state["steps"][0]
     state = _wait_state(lab, lambda s: abs((s["t1"] - s["t0"]) - 1.04 * (s1 - s0)) < 1e4)
     assert state["t0"] <= s0 and state["t1"] >= s1
 
@@ -114,13 +115,15 @@ def _check(lab) -> None:  # noqa: ANN001
     state = _wait_state(lab, lambda s: s["selected"] >= 0 and s["detail"] is not None)
     assert state["detail"].startswith(("ProfilerStep#", "[pl]")), state["detail"]
     details = widget.locator(".hpu-trace-details")
-    lab.page.wait_for_function("(args) => args[0].textContent.includes(args[1])",
-                               arg=[details.element_handle(), state["detail"]])
+    lab.page.wait_for_function(
+        "(args) => args[0].textContent.includes(args[1])", arg=[details.element_handle(), state["detail"]]
+    )
 
     # search: the matches list and the Python query follow the text box
     widget.locator(".hpu-trace-search").fill("addmm")
     lab.page.wait_for_function(
-        "(el) => el.textContent.includes('aten::addmm')", arg=widget.locator(".hpu-trace-matches").element_handle())
+        "(el) => el.textContent.includes('aten::addmm')", arg=widget.locator(".hpu-trace-matches").element_handle()
+    )
     assert _state(lab)["query"] == "addmm"
     lab.screenshot("trace-viewer-step-search", widget)
 
@@ -129,7 +132,8 @@ def _check(lab) -> None:  # noqa: ANN001
     hostile = lab.cell(2).locator(".hpu-trace")
     hostile.locator("canvas").wait_for(state="visible", timeout=30_000)
     lab.page.wait_for_function(
-        "(el) => el.textContent.includes('onerror')", arg=hostile.locator(".hpu-trace-ops").element_handle())
+        "(el) => el.textContent.includes('onerror')", arg=hostile.locator(".hpu-trace-ops").element_handle()
+    )
     assert HOSTILE in hostile.locator(".hpu-trace-ops").inner_text()
     assert hostile.locator("img").count() == 0
     time.sleep(0.5)
