@@ -284,3 +284,23 @@ def test_warnings_only_when_something_is_wrong(trace_file):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         traces.load(trace_file)
+
+
+def test_memory_per_device_and_counters_without_args(tmp_path):
+    ev = [
+        span("op", 0.0, 10.0),
+        memory(1.0, 100, device_type=15, device_id=0),
+        memory(2.0, 300, device_type=15, device_id=0),
+        memory(3.0, 50),
+        {"ph": "C", "name": "hbm", "pid": 1, "tid": 1, "ts": 4.0, "args": {"used": 7}},
+    ]
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    t = traces.load(p, keep_args=False)
+    mem = t.memory()
+    assert mem.series["hpu:0"][:, 1].tolist() == [100, 300] and mem.series["hpu:0"][:, 0].tolist() == [1000, 2000]
+    assert mem.peak("cpu") == 50 and mem.peak() == 300
+    i = int(np.flatnonzero((np.array(t.names)[t.name_id] == "[memory]") & (t.ts == 2000))[0])
+    assert t.event(i)["args"]["Total Allocated"] == 300  # read back from the memory columns: no args kept
+    assert t.counters()["hbm.used"].tolist() == [[4000, 7]]
+    assert "hpu:0" in repr(mem) and "<svg" in mem._repr_html_()

@@ -67,6 +67,65 @@ _KEPT_PHASES = {"X": PH_COMPLETE, "i": PH_INSTANT, "I": PH_INSTANT, "C": PH_COUN
 _FLOW_PHASES = frozenset("sftbenNOD")  # flows, async and object events: not drawn on tracks
 
 
+class _MemoryArgs(msgspec.Struct, gc=False):
+    allocated: int = msgspec.field(default=0, name="Total Allocated")
+    reserved: int = msgspec.field(default=0, name="Total Reserved")
+    device_type: int | str | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=-1, name="Device Id")
+
+
+_decode_memory_list = msgspec.json.Decoder(list[_MemoryArgs]).decode
+
+
+def _decode_memory_one(raw: bytes) -> _MemoryArgs | None:
+    try:
+        return msgspec.json.decode(raw, type=_MemoryArgs)
+    except msgspec.DecodeError:
+        return None
+
+
+def _memory_device(kind: Any, dev: Any) -> str:
+    names = {
+        0: "cpu",
+        1: "cuda",
+        2: "mkldnn",
+        3: "opengl",
+        4: "opencl",
+        5: "ideep",
+        6: "hip",
+        7: "fpga",
+        8: "maia",
+        9: "xla",
+        10: "vulkan",
+        11: "metal",
+        12: "xpu",
+        13: "mps",
+        14: "meta",
+        15: "hpu",
+    }
+    name = names.get(kind, str(kind)) if isinstance(kind, int) else str(kind or "?")
+    return name if dev in (-1, None) else f"{name}:{dev}"
+
+
+@dataclass
+class MemoryColumns:
+    """The profiler's [memory] events, decoded while parsing (their args are all we need of them)."""
+
+    index: np.ndarray  # event index in file order (kept events)
+    ts_us: np.ndarray
+    allocated: np.ndarray
+    reserved: np.ndarray
+    device: np.ndarray  # index into `devices`
+    devices: list[str]
+
+    def args(self, k: int) -> dict[str, Any]:
+        return {
+            "Total Allocated": int(self.allocated[k]),
+            "Total Reserved": int(self.reserved[k]),
+            "device": self.devices[int(self.device[k])],
+        }
+
+
 @dataclass
 class ParseStats:
     """What the parser saw besides the events it kept."""
@@ -101,7 +160,9 @@ class _Columns:
         self.ph: list[np.ndarray] = []
         self.args_blob: list[bytes] = []  # raw JSON args of kept events, one blob per piece
         self.args_len: list[np.ndarray] = []  # positions of the NUL separators inside each blob
-        self.special: list[tuple[int, bytes]] = []  # (event index, args) of memory and counter events
+        self.special: list[tuple[int, bytes]] = []  # (event index, args) of counter events
+        self.mem: dict[str, list[Any]] = {"index": [], "ts": [], "allocated": [], "reserved": [], "device": []}
+        self.mem_devices: dict[str, int] = {}
         self.count = 0
         self.metadata: list[_Event] = []  # "M" events: process / thread names and sort order
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = {}  # "B" events waiting for their "E"
@@ -136,11 +197,12 @@ class _Columns:
         self.cat_id.append(np.fromiter([cats.setdefault(e.cat, len(cats)) for e in kept], np.int32, n))
         self.track_id.append(np.fromiter([tracks.setdefault((e.pid, e.tid), len(tracks)) for e in kept], np.int32, n))
         self.ph.append(np.fromiter([_KEPT_PHASES[e.ph] for e in kept], np.uint8, n))
-        special = np.flatnonzero(self.ph[-1] == PH_COUNTER)
+        self.special.extend(
+            (self.count + int(i), bytes(kept[i].args)) for i in np.flatnonzero(self.ph[-1] == PH_COUNTER)
+        )
         memory_id = names.get(MEMORY_EVENT)
         if memory_id is not None:
-            special = np.union1d(special, np.flatnonzero(self.name_id[-1] == memory_id))
-        self.special.extend((self.count + int(i), bytes(kept[i].args)) for i in special)
+            self._add_memory(kept, np.flatnonzero(self.name_id[-1] == memory_id))
         if keep_args:
             # One blob per piece, NUL between events (a raw NUL cannot occur in JSON text), the pretty-printing
             # newlines + indentation squeezed out (a raw newline cannot occur inside a JSON string either).
@@ -148,6 +210,38 @@ class _Columns:
             self.args_blob.append(blob)
             self.args_len.append(np.flatnonzero(np.frombuffer(blob, np.uint8) == 0).astype(np.int64))
         self.count += n
+
+    def _add_memory(self, kept: list[_Event], which: np.ndarray) -> None:
+        """Decode the args of this piece's [memory] events in one go into compact columns."""
+        if not len(which):
+            return
+        raws = [kept[i].args for i in which]
+        try:
+            decoded: list[_MemoryArgs | None] = list(
+                _decode_memory_list(b"[" + b",".join(r or b"{}" for r in raws) + b"]")
+            )
+        except msgspec.DecodeError:  # one bad among them: one by one
+            decoded = [_decode_memory_one(bytes(r)) for r in raws]
+        devices, mem = self.mem_devices, self.mem
+        for i, m in zip(which, decoded):
+            if m is None:
+                continue
+            mem["index"].append(self.count + int(i))
+            mem["ts"].append(kept[i].ts)
+            mem["allocated"].append(m.allocated)
+            mem["reserved"].append(m.reserved)
+            mem["device"].append(devices.setdefault(_memory_device(m.device_type, m.device_id), len(devices)))
+
+    def memory(self) -> MemoryColumns:
+        m = self.mem
+        return MemoryColumns(
+            np.array(m["index"], np.int64),
+            np.array(m["ts"], np.float64),
+            np.array(m["allocated"], np.int64),
+            np.array(m["reserved"], np.int64),
+            np.array(m["device"], np.int32),
+            list(self.mem_devices),
+        )
 
     def _pair(self, e: _Event, stats: ParseStats) -> _Event | None:
         """Turn a matching "B"/"E" pair on one thread into a complete ("X") event."""
@@ -212,7 +306,8 @@ class ParsedTrace:
     cats: list[str]
     tracks: list[tuple[Any, Any]]
     args: ArgsStore | None
-    special_args: dict[int, bytes]  # args of memory and counter events, by event index
+    special_args: dict[int, bytes]  # args of counter events, by event index
+    memory: MemoryColumns
     metadata_events: list[dict[str, Any]]
     top_level: dict[str, Any]
     stats: ParseStats
@@ -400,6 +495,7 @@ class _Parser:
             tracks=list(cols.tracks),
             args=ArgsStore(cols.args_blob, cols.args_len) if self.keep_args else None,
             special_args=dict(cols.special),
+            memory=cols.memory(),
             metadata_events=meta,
             top_level=top_level,
             stats=stats,

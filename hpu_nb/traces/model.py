@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from hpu_nb.traces._parse import MEMORY_EVENT, PH_COMPLETE, PH_COUNTER, PH_INSTANT, ParsedTrace, parse_file
+from hpu_nb.traces._parse import PH_COMPLETE, PH_COUNTER, ParsedTrace, parse_file
 from hpu_nb.traces.tables import Table, fmt_bytes, fmt_ns, shorten
 
 STEP_PATTERN = re.compile(r"^ProfilerStep#(\d+)$")
@@ -72,6 +72,7 @@ class Trace:
         self.stats = parsed.stats
         self._args = parsed.args
         self._special_args = parsed.special_args
+        self._memory = parsed.memory
         n = len(parsed.ts_us)
         self.t0_us = float(parsed.ts_us.min()) if n else 0.0
         ts = np.rint((parsed.ts_us - self.t0_us) * 1000.0).astype(np.int64)
@@ -133,10 +134,14 @@ class Trace:
             raise IndexError(f"event {i} out of range (trace has {len(self)} events)")
         track = self.tracks[int(self.track_id[i])]
         raw_index = int(self.order[i])
-        if raw_index in self._special_args:
-            args = _decode_args(self._special_args[raw_index])
-        elif self._args is not None:
+        mem = self._memory
+        k = int(np.searchsorted(mem.index, raw_index))
+        if self._args is not None:
             args = self._args.get(raw_index)
+        elif raw_index in self._special_args:
+            args = _decode_args(self._special_args[raw_index])
+        elif k < len(mem.index) and mem.index[k] == raw_index:
+            args = mem.args(k)
         else:
             args = {}
         step = self.step_of(int(self.ts[i]))
@@ -300,21 +305,14 @@ class Trace:
 
     def memory(self) -> MemoryTimeline:
         """Allocated / reserved bytes over time from the profiler's [memory] events, per device."""
-        mid = self.names.index(MEMORY_EVENT) if MEMORY_EVENT in self.names else -1
-        idx = np.flatnonzero((self.name_id == mid) & (self.ph == PH_INSTANT)) if mid >= 0 else np.empty(0, np.int64)
-        idx = idx[np.argsort(self.ts[idx], kind="stable")]
-        raws = [self._special_args.get(int(j), b"") or b"{}" for j in self.order[idx]]
-        try:
-            mem = _decode_memory(b"[" + b",".join(raws) + b"]")
-        except msgspec.DecodeError:  # a bad one among them: go one by one
-            mem = [_decode_memory_one(r) for r in raws]
-        series: dict[str, list[tuple[int, int, int]]] = {}
-        for i, m in zip(idx, mem):
-            if m is not None:
-                series.setdefault(_memory_device(m.device_type, m.device_id), []).append(
-                    (int(self.ts[i]), m.allocated, m.reserved)
-                )
-        return MemoryTimeline({k: np.array(v, dtype=np.int64).reshape(-1, 3) for k, v in series.items()})
+        mem = self._memory
+        ts = np.rint((mem.ts_us - self.t0_us) * 1000.0).astype(np.int64)
+        order = np.argsort(ts, kind="stable")
+        series = {}
+        for d, label in enumerate(mem.devices):
+            pick = order[mem.device[order] == d]
+            series[label] = np.stack([ts[pick], mem.allocated[pick], mem.reserved[pick]], axis=1)
+        return MemoryTimeline(series)
 
     def counters(self) -> dict[str, np.ndarray]:
         """Counter ("C") events: name -> array of (t_ns, value) for their first numeric series."""
@@ -444,46 +442,6 @@ def _decode_args(raw: bytes) -> dict[str, Any]:
     except msgspec.DecodeError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-class _MemoryArgs(msgspec.Struct, gc=False):
-    allocated: int = msgspec.field(default=0, name="Total Allocated")
-    reserved: int = msgspec.field(default=0, name="Total Reserved")
-    device_type: int | str | None = msgspec.field(default=None, name="Device Type")
-    device_id: int | None = msgspec.field(default=-1, name="Device Id")
-
-
-_decode_memory = msgspec.json.Decoder(list[_MemoryArgs]).decode
-
-
-def _decode_memory_one(raw: bytes) -> _MemoryArgs | None:
-    try:
-        return msgspec.json.decode(raw, type=_MemoryArgs)
-    except msgspec.DecodeError:
-        return None
-
-
-def _memory_device(kind: Any, dev: Any) -> str:
-    names = {
-        0: "cpu",
-        1: "cuda",
-        2: "mkldnn",
-        3: "opengl",
-        4: "opencl",
-        5: "ideep",
-        6: "hip",
-        7: "fpga",
-        8: "maia",
-        9: "xla",
-        10: "vulkan",
-        11: "metal",
-        12: "xpu",
-        13: "mps",
-        14: "meta",
-        15: "hpu",
-    }
-    name = names.get(kind, str(kind)) if isinstance(kind, int) else str(kind or "?")
-    return name if dev in (-1, None) else f"{name}:{dev}"
 
 
 def _nesting(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
