@@ -173,3 +173,17 @@ def test_show_returns_the_viewer_of_the_last_trace(fitted):
     assert viewer.note == EMULATED_NOTE
     data, _ = viewer._repr_mimebundle_()
     assert "aten::addmm" in data["text/plain"] and EMULATED_NOTE in data["text/html"]
+
+
+def test_one_trace_per_rank_with_filename(tmp_path):
+    profilers = {}
+    for rank in (1, 10):
+        prof = HPUProfiler(dirpath=str(tmp_path), filename="perf-logs")
+        prof.setup(stage="fit", local_rank=rank)  # what the Trainer does on each rank of a multi-device run
+        profilers[rank] = prof
+        name = f"fit-perf-logs-{rank}-[Strategy]X.training_step.{1000 + rank}.pt.trace.json"
+        (tmp_path / name).write_text('{"traceEvents": []}')
+    for rank, prof in profilers.items():
+        assert [os.path.basename(p) for p in prof.trace_paths()] == [
+            f"fit-perf-logs-{rank}-[Strategy]X.training_step.{1000 + rank}.pt.trace.json"
+        ]

@@ -102,7 +102,8 @@ class HPUProfiler(PyTorchProfiler):
         found = [
             p
             for p in glob.glob(pattern)
-            if os.path.basename(p).startswith(prefix) and os.path.getmtime(p) >= self._started_at - 1
+            if os.path.basename(p).startswith((prefix + "-", prefix + "."))  # rank 1 is not rank 10
+            and os.path.getmtime(p) >= self._started_at - 1
         ]
         return sorted(found, key=os.path.getmtime)
 
