@@ -75,6 +75,7 @@ def test_full_view_payload_is_bounded(big_trace):
     width = 1600
     payload = index.view(0, big_trace.duration_ns, width)
     assert payload.nbytes < FULL_VIEW_BUDGET
+    assert repr(payload).startswith(f"<ViewPayload {payload.meta['n']:,} items")
     assert payload.nbytes < 0.02 * len(big_trace) * 100  # far below shipping the events (100+ bytes each)
     n_rows = len(index.rows)
     assert payload.meta["n"] <= n_rows * width * 1.5

@@ -49,6 +49,13 @@ class ViewPayload:
 
         return len(self.data) + len(json.dumps(self.meta))
 
+    def __repr__(self) -> str:
+        m = self.meta
+        return (
+            f"<ViewPayload {m['n']:,} items ({m['merged']:,} merged blocks) for {m['spans_in_view']:,} spans, "
+            f"{self.nbytes:,} bytes, window {m['t0']:.0f}..{m['t1']:.0f} ns at {m['width']} px>"
+        )
+
     def columns(self) -> dict[str, np.ndarray]:
         """Unpack `data` (the same layout the JavaScript reads)."""
         n = self.meta["n"]
