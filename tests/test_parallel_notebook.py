@@ -1,0 +1,61 @@
+"""Multi-card training from inside a Jupyter kernel (fork launcher): results come back, a crashing rank fails fast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = f"""
+import sys, time, json
+sys.path.insert(0, {str(ROOT)!r})
+import lightning as L, torch
+import hpu_nb
+from tests.dist_scripts.fit import Model, data
+def trainer():
+    return L.Trainer(accelerator="hpu", devices=2, max_epochs=1, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False)
+"""
+
+FIT = """
+L.seed_everything(7, verbose=False)
+model = Model()
+before = {k: v.clone() for k, v in model.state_dict().items()}
+t = trainer()
+t.fit(model, data())
+print(json.dumps({"launcher": type(t.strategy.launcher).__name__,
+                  "rank_sum": float(t.callback_metrics["rank_sum"]),
+                  "weights_changed": any(not torch.equal(before[k], v) for k, v in model.state_dict().items()),
+                  "global_step": t.global_step}))
+"""
+
+CRASH = """
+start = time.monotonic()
+try:
+    trainer().fit(Model(crash_rank=1, crash_step=1), data())
+    outcome = "no error"
+except Exception as err:
+    outcome = f"{type(err).__name__}: {err}"
+print(json.dumps({"outcome": outcome, "seconds": time.monotonic() - start}))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_two_cards_from_a_notebook_kernel():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (SETUP, FIT, CRASH)])
+    nbclient.NotebookClient(nb, timeout=150, kernel_name="python3").execute()
+    fit, crash = (json.loads(_stdout(nb.cells[i]).strip().splitlines()[-1]) for i in (1, 2))
+    assert fit["launcher"] == "HPUMultiProcessingLauncher"  # forked workers, as Lightning requires in Jupyter
+    assert fit["rank_sum"] == 3.0 and fit["weights_changed"]  # global_step stays in the workers, as with ddp_notebook
+    assert "rank 1 exploded on purpose at step 1" in crash["outcome"]
+    assert crash["seconds"] < 60
+
+
+def _stdout(cell) -> str:  # noqa: ANN001
+    return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
