@@ -37,7 +37,7 @@ PRECISION_LABELS = {
     "fp8-measure": "fp8 inference: 1. measure",
     "fp8-quantize": "fp8 inference: 2. quantize",
 }
-AUTOCAST_LABELS = {"plugin": "precision plugin", "context": "torch.autocast context", "decorator": "@torch.autocast"}
+AUTOCAST_LABELS = {"plugin": "precision plugin", "context": "with torch.autocast", "decorator": "@torch.autocast"}
 STRING_STRATEGIES = {"single": "hpu_single", "parallel": "hpu_parallel", "ddp": "hpu_ddp"}
 MIXED = ("bf16-mixed", "16-mixed")
 FP8 = ("fp8", "fp8-measure", "fp8-quantize")
@@ -351,7 +351,8 @@ class TrainerConfig:
         device = get_backend().autocast_device_type
         where = "the emulated Gaudi autocasts on the CPU" if device == "cpu" else "Gaudi autocasts on 'hpu'"
         call = f'torch.autocast(device_type="{device}", dtype={dtype})'
-        lines = [f"# {self.precision} with {AUTOCAST_LABELS[self.autocast]} in your LightningModule "
+        how = {"context": "a torch.autocast context", "decorator": "the @torch.autocast decorator"}[self.autocast]
+        lines = [f"# {self.precision} with {how} in your LightningModule "
                  f"({where}); the Trainer itself stays in 32-true:", "#", "#     import torch", "#",
                  "#     class MyModel(L.LightningModule):"]
         if self.autocast == "context":

@@ -70,7 +70,7 @@ class TrainerConfigWidget(w.VBox):
         kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
         self.panel.backend_label = f"{kind}: {backend.device_count()} x {backend.device_name()}"
         title = w.HTML(f"<b>{html.escape(self._title())}</b> — {html.escape(self.panel.backend_label)}")
-        form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="420px"))
+        form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="620px"))
         super().__init__([title, w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start"))])
         self.add_class("hpu-cfg")
         for name, control in self.controls.items():
@@ -87,19 +87,19 @@ class TrainerConfigWidget(w.VBox):
         make = {
             "accelerator": lambda: w.ToggleButtons(options=[('"hpu"', "hpu"), ("HPUAccelerator()", "HPUAccelerator()")],
                                                    value=c.accelerator if c.accelerator in ACCELERATORS else "hpu",
-                                                   style={"button_width": "130px"}),
+                                                   style={"button_width": "150px"}),
             "devices": lambda: w.BoundedIntText(value=c.devices if isinstance(c.devices, int) else 1, min=1, max=1024,
                                                 layout=w.Layout(width="90px")),
             "strategy": lambda: w.Dropdown(options=[(v, k) for k, v in STRATEGY_LABELS.items()], value=c.strategy,
                                            layout=wide),
             "deepspeed_stage": lambda: w.ToggleButtons(options=[(f"ZeRO-{s}", s) for s in DEEPSPEED_STAGES],
-                                                       value=c.deepspeed_stage, style={"button_width": "64px"}),
+                                                       value=c.deepspeed_stage, style={"button_width": "80px"}),
             "offload_optimizer": lambda: w.Checkbox(value=c.offload_optimizer, description="offload optimizer to CPU",
                                                     indent=False),
             "precision": lambda: w.Dropdown(options=[(v, k) for k, v in PRECISION_LABELS.items()], value=c.precision,
                                             layout=wide),
             "autocast": lambda: w.ToggleButtons(options=[(v, k) for k, v in AUTOCAST_LABELS.items()], value=c.autocast,
-                                                style={"button_width": "150px"}),
+                                                style={"button_width": "160px"}),
             "lower_list": lambda: w.Text(value=op_list_text(c.lower_list), layout=wide,
                                          placeholder="op names (linear, matmul) or a file"),
             "fp32_list": lambda: w.Text(value=op_list_text(c.fp32_list), layout=wide,

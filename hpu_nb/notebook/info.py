@@ -97,7 +97,9 @@ _CSS = """
 .hpu-info{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;max-width:960px}
 .hpu-info h4{margin:.6em 0 .3em 0;font-size:14px}
 .hpu-info table{border-collapse:collapse;margin-bottom:.4em}
-.hpu-info td,.hpu-info th{padding:2px 10px 2px 0;text-align:left;vertical-align:top}
+.hpu-info table td,.hpu-info table th{padding:2px 10px 2px 0;text-align:left;vertical-align:top}
+.hpu-info details{margin:.2em 0}
+.hpu-info summary{cursor:pointer;color:#555}
 .hpu-info th{font-weight:600;border-bottom:1px solid #ccc}
 .hpu-info .badge{display:inline-block;padding:4px 10px;border-radius:4px;font-weight:600}
 .hpu-info .emulated{background:#fff3cd;color:#6b4e00;border:1px solid #e0c060}
@@ -127,11 +129,25 @@ def render_html(info: HPUInfo) -> str:
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     parts += ["<h4>Versions</h4>", _table(_version_rows(info))]
-    parts.append("<h4>Environment flags</h4><table><tr><th>flag</th><th>value</th><th>what it does</th></tr>")
-    for f in info.flags:
-        value = f"<code>{html.escape(f.value)}</code>" if f.value is not None else '<span class="muted">unset</span>'
-        parts.append(f"<tr><td><code>{html.escape(f.name)}</code></td><td>{value}</td><td>{html.escape(f.meaning)}</td></tr>")
-    parts.append("</table>")
+    header = "<tr><th>flag</th><th>value</th><th>what it does</th></tr>"
+
+    def flag_rows(flags: list) -> str:
+        rows = []
+        for f in flags:
+            value = f"<code>{html.escape(f.value)}</code>" if f.value is not None else '<span class="muted">unset</span>'
+            rows.append(f"<tr><td><code>{html.escape(f.name)}</code></td><td>{value}</td>"
+                        f"<td>{html.escape(f.meaning)}</td></tr>")
+        return "".join(rows)
+
+    set_flags, unset = info.flags_set, [f for f in info.flags if f.value is None]
+    parts.append("<h4>Environment flags</h4>")
+    if set_flags:
+        parts.append(f"<table>{header}{flag_rows(set_flags)}</table>")
+    else:
+        parts.append('<div class="muted">none set: defaults apply</div>')
+    if unset:
+        parts.append(f"<details><summary>{len(unset)} more flags, unset (what each does)</summary>"
+                     f"<table>{header}{flag_rows(unset)}</table></details>")
     if info.problems:
         parts.append("<h4>Problems</h4><ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in info.problems) + "</ul>")
     parts.append(f'<div class="muted">collected in {info.seconds * 1000:.0f} ms</div></div>')

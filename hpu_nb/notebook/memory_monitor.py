@@ -236,8 +236,8 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
                  auto_display: bool = True, reset_peak: bool = True) -> None:
         if update_interval < 0:
             raise ValueError(f"update_interval must be >= 0 seconds, got {update_interval}.")
-        super().__init__()
-        self.uid = uuid.uuid4().hex
+        # uid and the first delta go with the widget's opening message: the front end keys its history by uid
+        super().__init__(uid=uuid.uuid4().hex, delta={"seq": 0, "base": 0, "reset": True, "points": []})
         self.update_interval = float(update_interval)
         self.history = MemoryHistory(max_points)
         self.log_to_logger = log_to_logger
@@ -252,7 +252,6 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         self._handles: list[Any] = []
         self._shown_in: int | None = None
         self._finished = True
-        self.delta = {"seq": 0, "base": 0, "reset": True, "points": []}
         self._describe_backend()
         self.on_msg(self._on_frontend_msg)
 

@@ -118,7 +118,10 @@ function drawChart(svg, store, model, scaleMode) {
     const yTop = Math.max(sy(oom.in_use + (oom.requested || 0)), T);
     el("line", { x1: x, x2: x, y1: sy(oom.in_use), y2: yTop, class: "hpu-mem-oom-bar" }, svg, SVG);
     const t = el("text", { x: x - 6, y: T + 14, "text-anchor": "end", class: "hpu-mem-oom" }, svg, SVG);
-    t.textContent = oom.requested ? `OOM: +${formatBytes(oom.requested)} over the Limit` : "OOM: Limit hit";
+    const over = oom.in_use + (oom.requested || 0) - limit;
+    t.textContent = oom.requested
+      ? `OOM: asked for ${formatBytes(oom.requested)}, ${formatBytes(Math.max(over, 0))} over the Limit`
+      : "OOM: Limit hit";
   }
 }
 
@@ -135,9 +138,11 @@ function drawCounters(table, model) {
     td.textContent = bytesKeys.has(k) ? formatBytes(v) : String(v);
   }
   if (current.Limit !== undefined && current.MaxInUse !== undefined) {
+    const oom = model.get("oom") || {};
     const tr = el("tr", { class: "hpu-mem-headroom" }, table);
     el("td", { class: "hpu-mem-key" }, tr).textContent = "headroom";
-    el("td", { class: "hpu-mem-val" }, tr).textContent = formatBytes(current.Limit - current.MaxInUse);
+    el("td", { class: "hpu-mem-val" }, tr).textContent =
+      oom.x !== undefined ? "none (OOM)" : formatBytes(current.Limit - current.MaxInUse);
   }
 }
 
