@@ -20,7 +20,7 @@ from tests.test_parallel import rank_reports, run_fit
 
 pytest.importorskip("deepspeed")
 
-from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy  # noqa: E402
+from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
 
 FIT_TIMEOUT = 240  # includes the one-off compile of DeepSpeed's CPU communication op
 

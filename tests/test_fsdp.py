@@ -23,9 +23,8 @@ EAGER = {"PT_HPU_LAZY_MODE": "0"}
 def test_lazy_mode_is_refused_with_the_fix(monkeypatch):
     with pytest.raises(MisconfigurationException, match="eager mode only.*PT_HPU_LAZY_MODE=0"):
         HPUFSDPStrategy()
-    with install_fake_habana(device_count=8):  # a Gaudi in its default lazy mode
-        with pytest.raises(MisconfigurationException, match="this Gaudi is in lazy mode"):
-            HPUFSDPStrategy()
+    with install_fake_habana(device_count=8), pytest.raises(MisconfigurationException, match="this Gaudi is in lazy"):
+        HPUFSDPStrategy()  # a Gaudi in its default lazy mode
 
 
 def test_hpu_fsdp_is_registered_apart_from_lightnings_cuda_only_names(monkeypatch):
@@ -75,7 +74,7 @@ def test_two_process_fsdp_sharded_checkpoint_consolidates_for_one_device(tmp_pat
     output = tmp_path / "consolidated.ckpt"
     tool = subprocess.run(
         [sys.executable, "-m", "lightning.pytorch.utilities.consolidate_checkpoint", str(ckpt), "--output_file",
-         str(output)], capture_output=True, text=True, timeout=120,
+         str(output)], capture_output=True, text=True, timeout=120, check=False,
     )
     assert tool.returncode == 0, tool.stderr[-2000:]
     checkpoint = torch.load(output, weights_only=False)

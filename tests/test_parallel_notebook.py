@@ -57,5 +57,5 @@ def test_two_cards_from_a_notebook_kernel():
     assert crash["seconds"] < 60
 
 
-def _stdout(cell) -> str:  # noqa: ANN001
+def _stdout(cell) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")

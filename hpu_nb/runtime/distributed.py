@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+
 from hpu_nb.runtime import get_backend, set_backend
 
 HCCL_MODULE = "habana_frameworks.torch.distributed.hccl"

@@ -32,10 +32,10 @@ class Model(L.LightningModule):
         self.samples_seen = 0
         self.first_index_sum = 0.0
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         return self.net(x)
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         x, y = batch
         if self.global_rank == self.crash_rank and self.global_step == self.crash_step:
             raise RuntimeError(f"rank {self.global_rank} exploded on purpose at step {self.global_step}")
@@ -46,7 +46,7 @@ class Model(L.LightningModule):
         self.log("rank_sum", torch.tensor(float(self.global_rank + 1)), reduce_fx="sum", sync_dist=True)
         return loss
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
@@ -57,7 +57,7 @@ def data(n: int = 64, batch_size: int = 8) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=batch_size)
 
 
-def make_strategy(spec: str):  # noqa: ANN201
+def make_strategy(spec: str):
     """A registered name, or 'ds:<stage>[:offload]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>'."""
     if spec.startswith("ds:"):
         from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy

@@ -13,7 +13,7 @@ import copy
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
@@ -27,7 +27,7 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
 from hpu_nb.runtime import distributed as hpu_dist
 
-__all__ = ["HPUDeepSpeedStrategy", "HPUDeepSpeedPrecisionPlugin", "require_deepspeed"]
+__all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "require_deepspeed"]
 
 EXTRA_HINT = "pip install 'hpu_nb[deepspeed]'"
 ZERO_STAGES = (0, 1, 2, 3)
@@ -49,7 +49,7 @@ def require_deepspeed() -> None:
 class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
     """DeepSpeed precision for HPU: "32-true", "bf16-mixed" ("bf16"), "bf16-true", "16-mixed" (Gaudi2 and newer)."""
 
-    def __init__(self, precision: Union[str, int] = "32-true") -> None:
+    def __init__(self, precision: str | int = "32-true") -> None:
         super().__init__(_validate_deepspeed_precision(precision))  # type: ignore[arg-type]
 
 
@@ -104,12 +104,12 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     def __init__(
         self,
         *args: Any,
-        config: Optional[Union[str, Path, dict[str, Any]]] = None,
+        config: str | Path | dict[str, Any] | None = None,
         zero_optimization: bool = True,
         stage: int = 2,
         offload_optimizer: bool = False,
         offload_parameters: bool = False,
-        start_method: Optional[str] = "auto",
+        start_method: str | None = "auto",
         **kwargs: Any,
     ) -> None:
         require_deepspeed()

@@ -8,8 +8,9 @@ precision autocasts on the backend's device type instead of "cuda".
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Generator, Optional, Union
+from typing import Any, ClassVar
 
 import torch
 from lightning.pytorch.plugins.precision.fsdp import FSDPPrecision
@@ -20,7 +21,7 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
 from hpu_nb.runtime import get_backend
 
-__all__ = ["HPUFSDPStrategy", "HPUFSDPPrecision", "check_eager_mode"]
+__all__ = ["HPUFSDPPrecision", "HPUFSDPStrategy", "check_eager_mode"]
 
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 _ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
@@ -41,7 +42,7 @@ def check_eager_mode() -> None:
 class HPUFSDPPrecision(FSDPPrecision):
     """FSDP precision for HPU: autocast on "hpu" (Gaudi) or "cpu" (emulated); fp16 needs Gaudi2 or newer."""
 
-    def __init__(self, precision: Union[str, int] = "32-true", scaler: Any = None) -> None:
+    def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
         unified = _ALIASES.get(str(precision), str(precision))
         if unified not in FSDP_PRECISIONS:
             raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
@@ -68,9 +69,9 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     """
 
     strategy_name = "hpu_fsdp"
-    _registered_strategies: list[str] = []  # not Lightning's list: its FSDP names are refused off CUDA
+    _registered_strategies: ClassVar[list[str]] = []  # not Lightning's list: its FSDP names are refused off CUDA
 
-    def __init__(self, *args: Any, start_method: Optional[str] = "auto", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
         check_eager_mode()
         resolve_start_method(start_method)
         super().__init__(*args, **kwargs)
@@ -143,7 +144,7 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().optimizer_state(optimizer)
 
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> dict[str, Any]:
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().load_checkpoint(checkpoint_path, weights_only)
 

@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
@@ -28,7 +29,7 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 
-__all__ = ["HPUParallelStrategy", "HPUDDPStrategy", "HPUParallelMixin", "hccl_reduce"]
+__all__ = ["HPUDDPStrategy", "HPUParallelMixin", "HPUParallelStrategy", "hccl_reduce"]
 
 START_METHODS = ("popen", "fork", "spawn", "forkserver")
 REDUCE_OPS = ("sum", "min", "max", "mean")
@@ -87,7 +88,7 @@ def in_interactive_session() -> bool:
     return bool(accelerator_connector._IS_INTERACTIVE)
 
 
-def resolve_start_method(start_method: Optional[str]) -> str:
+def resolve_start_method(start_method: str | None) -> str:
     """None / "auto": fork in a notebook (Lightning requires it there), Lightning's script launcher elsewhere."""
     if start_method in (None, "auto"):
         return "fork" if in_interactive_session() and "fork" in torch.multiprocessing.get_all_start_methods() else "popen"
@@ -109,7 +110,7 @@ class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
         return super()._wrapping_function(process_idx, *args, **kwargs)
 
 
-def _backend_devices(devices: Optional[list[Any]]) -> Optional[list[torch.device]]:
+def _backend_devices(devices: list[Any] | None) -> list[torch.device] | None:
     """"hpu" devices mean this backend's root device (cpu on the emulated Gaudi)."""
     if devices is None:
         return None
@@ -124,15 +125,15 @@ def _backend_devices(devices: Optional[list[Any]]) -> Optional[list[torch.device
 class HPUParallelMixin:
     """Put first in the bases of a multi-card HPU strategy: `class S(HPUParallelMixin, HPUStepsMixin, DDPStrategy)`."""
 
-    _start_method: Optional[str] = None
+    _start_method: str | None = None
 
     # -- devices --------------------------------------------------------------------------------------------------
     @property
-    def parallel_devices(self) -> Optional[list[torch.device]]:
+    def parallel_devices(self) -> list[torch.device] | None:
         return self.__dict__.get("_hpu_devices")
 
     @parallel_devices.setter
-    def parallel_devices(self, devices: Optional[list[Any]]) -> None:
+    def parallel_devices(self, devices: list[Any] | None) -> None:
         devices = _backend_devices(devices)
         if "_hpu_requested_devices" not in self.__dict__:  # first call: from __init__
             # Hidden until the connector assigns devices: a visible cpu root device would make it pick accelerator="cpu".
@@ -147,7 +148,7 @@ class HPUParallelMixin:
         assert self.parallel_devices is not None, "the strategy has no devices yet (it gets them from the Trainer)"
         return self.parallel_devices[self.local_rank]  # type: ignore[attr-defined]
 
-    def determine_ddp_device_ids(self) -> Optional[list[int]]:
+    def determine_ddp_device_ids(self) -> list[int] | None:
         return None  # one card per process: the process's own device, as on CPU
 
     # -- process group --------------------------------------------------------------------------------------------
@@ -201,17 +202,17 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
     def __init__(
         self,
         accelerator: Any = None,
-        parallel_devices: Optional[list[torch.device]] = None,
+        parallel_devices: list[torch.device] | None = None,
         cluster_environment: Any = None,
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
-        ddp_comm_state: Optional[object] = None,
-        ddp_comm_hook: Optional[Callable] = None,
-        ddp_comm_wrapper: Optional[Callable] = None,
-        model_averaging_period: Optional[int] = None,
-        process_group_backend: Optional[str] = None,
-        timeout: Optional[timedelta] = default_pg_timeout,
-        start_method: Union[str, None] = "auto",
+        ddp_comm_state: object | None = None,
+        ddp_comm_hook: Callable | None = None,
+        ddp_comm_wrapper: Callable | None = None,
+        model_averaging_period: int | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = default_pg_timeout,
+        start_method: str | None = "auto",
         **kwargs: Any,
     ) -> None:
         resolve_start_method(start_method)  # validate early
