@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_CPU := torch==2.13.0
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev
+EXTRAS ?= dev,deepspeed
 JUPYTER_PORT ?= 8888
 
 .PHONY: setup lab test test-fast bench browser clean
@@ -27,6 +27,11 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip
 	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PIP) install -q -c $(VENV)/constraints.txt $(TORCH_CPU); fi
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	@# DeepSpeed compiles a small C++ op on its first use (~2 min here): do it once now, not inside a timed test.
+	@if $(PY) -c "import deepspeed" 2>/dev/null; then \
+		echo "building DeepSpeed's CPU communication op (once)"; \
+		DS_ACCELERATOR=cpu $(PY) -c "from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('ShareMemCommBuilder').load()" >/dev/null; \
+	fi
 	@touch $(STAMP)
 
 lab: setup
