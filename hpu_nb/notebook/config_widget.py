@@ -70,8 +70,9 @@ class TrainerConfigWidget(w.VBox):
         kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
         self.panel.backend_label = f"{kind}: {backend.device_count()} x {backend.device_name()}"
         title = w.HTML(f"<b>{html.escape(self._title())}</b> — {html.escape(self.panel.backend_label)}")
-        form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="620px"))
-        super().__init__([title, w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start"))])
+        form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="560px"))
+        body = w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start", flex_flow="row wrap"))
+        super().__init__([title, body])
         self.add_class("hpu-cfg")
         for name, control in self.controls.items():
             control.observe(self._on_change, names="value")
@@ -99,7 +100,7 @@ class TrainerConfigWidget(w.VBox):
             "precision": lambda: w.Dropdown(options=[(v, k) for k, v in PRECISION_LABELS.items()], value=c.precision,
                                             layout=wide),
             "autocast": lambda: w.ToggleButtons(options=[(v, k) for k, v in AUTOCAST_LABELS.items()], value=c.autocast,
-                                                style={"button_width": "160px"}),
+                                                style={"button_width": "148px"}),
             "lower_list": lambda: w.Text(value=op_list_text(c.lower_list), layout=wide,
                                          placeholder="op names (linear, matmul) or a file"),
             "fp32_list": lambda: w.Text(value=op_list_text(c.fp32_list), layout=wide,

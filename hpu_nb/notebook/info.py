@@ -97,7 +97,7 @@ _CSS = """
 .hpu-info{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;max-width:960px}
 .hpu-info h4{margin:.6em 0 .3em 0;font-size:14px}
 .hpu-info table{border-collapse:collapse;margin-bottom:.4em}
-.hpu-info table td,.hpu-info table th{padding:2px 10px 2px 0;text-align:left;vertical-align:top}
+.hpu-info table td,.hpu-info table th{padding:2px 10px 2px 0;text-align:left !important;vertical-align:top}
 .hpu-info details{margin:.2em 0}
 .hpu-info summary{cursor:pointer;color:#555}
 .hpu-info th{font-weight:600;border-bottom:1px solid #ccc}

@@ -211,6 +211,11 @@ class LabPage:
             arg=name, timeout=timeout * 1000)
         self.wait_for_kernel_idle(timeout)
 
+    def hide_side_panels(self) -> None:
+        """Collapse the file browser so outputs get the page's width (nicer screenshots)."""
+        self.page.evaluate("""() => { const shell = window.jupyterapp.shell;
+            if (shell.leftCollapsed === false) shell.collapseLeft(); }""")
+
     def _kernel_status(self) -> str:
         return self.page.evaluate(
             """() => { const w = window.jupyterapp.shell.currentWidget;

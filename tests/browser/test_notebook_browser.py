@@ -66,6 +66,7 @@ def test_monitor_and_config_widget_in_jupyterlab(lab, jupyter_lab) -> None:  # n
     jupyter_lab.write_notebook("browser_monitor.ipynb", CELLS)
     started = time.monotonic()
     lab.open_notebook("browser_monitor.ipynb")
+    lab.hide_side_panels()
     try:
         _check(lab)
     finally:
@@ -79,7 +80,7 @@ def _check(lab) -> None:  # noqa: ANN001
     lab.run_cell(0)
     info = lab.cell_text(0)
     assert "Emulated Gaudi on the CPU" in info and "HPU_NB_BACKEND" in info
-    lab.screenshot("hpu_info", lab.cell(0).locator(".jp-OutputArea"))
+    lab.publish(lab.screenshot("hpu_info", lab.cell(0).locator(".jp-OutputArea")), "hpu_info.png")
 
     lab.run_cell(1, timeout=120)
 
