@@ -26,9 +26,10 @@ class Messages:
         self.points: list[list[int]] = []
         self.seq = 0
         self.gaps = 0
-        monitor._send = self._send  # type: ignore[method-assign]
+        monitor.comm.send = self._send  # the transport: what really leaves the kernel
 
-    def _send(self, msg: dict, buffers: Any = None) -> None:
+    def _send(self, data: dict, metadata: Any = None, buffers: Any = None) -> None:
+        msg = data
         self.sent.append(msg)
         delta = msg.get("state", {}).get("delta")
         if delta is None:
@@ -233,3 +234,14 @@ def test_parse_requested_sizes() -> None:
     assert _parse_requested("tried to allocate 4.00 MiB (4194304 bytes) with") == 4194304
     assert _parse_requested("Allocation failed for size::2147483648 (2048)MB") == 2147483648
     assert _parse_requested("something else") is None
+
+
+def test_a_worker_process_never_writes_to_the_front_end() -> None:
+    """Multi-device runs fork workers: their copy of the monitor records but sends nothing on the kernel's sockets."""
+    monitor = MemoryMonitor(update_interval=0)
+    messages = Messages(monitor)
+    monitor._owner_pid = -1  # as seen from a forked worker
+    _fit(monitor, batches=3)
+    assert monitor.detached and "worker process" in monitor.detached
+    assert monitor.samples == 4 and monitor.status == "done"  # the worker's own state is complete
+    assert messages.sent == []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import logging
+import os
 import re
 import time
 import uuid
@@ -252,11 +253,16 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         self._handles: list[Any] = []
         self._shown_in: int | None = None
         self._finished = True
+        self._owner_pid = os.getpid()
+        self.detached: str | None = None  # why this process must not talk to the front end (a worker process)
         self._describe_backend()
         self.on_msg(self._on_frontend_msg)
 
     # -- Lightning hooks --------------------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # In a forked / spawned worker (multi-device runs) the kernel's sockets are not ours to write to.
+        if os.getpid() != self._owner_pid or getattr(trainer, "global_rank", 0) != 0:
+            self.detached = f"rank {getattr(trainer, 'global_rank', '?')} in worker process {os.getpid()}"
         self.history.clear()
         self._pending, self._needs_reset, self.samples = [], True, 0
         self._finished = False
@@ -266,7 +272,7 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
 
             get_backend().reset_peak_memory_stats()
         self._guard(self._set, status="running", stage=str(getattr(stage, "value", stage)), oom={}, summary="")
-        if self.auto_display:
+        if self.auto_display and self.detached is None:
             self._guard(self._show_in_current_cell)
         self._sample(trainer, None, record=True)  # the starting point: parameters already on the device
         self._push(force=True)
@@ -391,12 +397,13 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         summary = MemorySummary(self)
         summary.status = status
         self._guard(self._set, status=status, summary=summary.text())
-        self._guard(self._update_displays)
+        if self.detached is None:
+            self._guard(self._update_displays)
 
     def _send(self, msg: Any, buffers: Any = None) -> None:
         """After a front-end failure the Python side keeps its state but sends nothing more."""
-        if getattr(self, "frontend_error", None) is None:  # also called while the widget is being built
-            super()._send(msg, buffers)
+        if getattr(self, "frontend_error", None) is None and getattr(self, "detached", None) is None:
+            super()._send(msg, buffers)  # (also called while the widget is being built)
 
     def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         """Run a front-end operation; on failure say so once and stop sending to the front end."""
