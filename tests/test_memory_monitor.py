@@ -10,7 +10,14 @@ import lightning as L
 import pytest
 from lightning.pytorch.loggers.logger import Logger
 
-from hpu_nb.notebook.memory_monitor import LOG_PREFIX, MemoryHistory, MemoryMonitor, _parse_requested
+from hpu_nb.notebook.memory_monitor import (
+    LOG_PREFIX,
+    MemoryHistory,
+    MemoryMonitor,
+    _parse_requested,
+    pack_points,
+    unpack_points,
+)
 from hpu_nb.runtime import HPUOutOfMemoryError
 from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
 
@@ -29,16 +36,17 @@ class Messages:
         monitor.comm.send = self._send  # the transport: what really leaves the kernel
 
     def _send(self, data: dict, metadata: Any = None, buffers: Any = None) -> None:
-        msg = data
+        msg = dict(data, _buffers=list(buffers or []))
         self.sent.append(msg)
         delta = msg.get("state", {}).get("delta")
         if delta is None:
             return
+        points = unpack_points(buffers[0]) if buffers else []  # the points travel as a binary buffer
         if delta["reset"]:
-            self.points = [list(p) for p in delta["points"]]
+            self.points = points
         else:
             self.gaps += delta["base"] != self.seq
-            self.points += delta["points"]
+            self.points += points
         self.seq = delta["seq"]
 
     @property
@@ -83,8 +91,8 @@ def test_fit_samples_measured_memory_and_sends_deltas() -> None:
     assert monitor.current["Limit"] == 96 * 2**30 and monitor.headroom == 96 * 2**30 - monitor.peak
     # the front end can rebuild exactly the history from the deltas, and each push is one message
     assert messages.points == monitor.history.points and messages.gaps == 0
-    appends = [d for d in messages.deltas if not d["reset"]]
-    assert appends and all(len(d["points"]) <= 2 for d in appends)  # deltas, not whole histories
+    appends = [m for m in messages.sent if "delta" in m["state"] and not m["state"]["delta"]["reset"]]
+    assert appends and all(len(m["_buffers"][0]) <= 2 * 5 * 8 for m in appends)  # deltas, not whole histories
     for msg in messages.sent:
         delta = msg["state"].get("delta")
         if delta and not delta["reset"]:  # counters change every batch (NumAllocs grows): sent with the points
@@ -105,7 +113,8 @@ def test_downsampling_resends_the_full_history() -> None:
     messages = Messages(monitor)
     _fit(monitor, batches=10, epochs=2)
     assert monitor.samples == 21 and len(monitor.history) <= 8
-    assert any(d["reset"] and d["points"] for d in messages.deltas[1:-1])
+    assert any(m["state"]["delta"]["reset"] and len(m["_buffers"][0]) > 0
+               for m in messages.sent[1:-1] if "delta" in m["state"])
     assert messages.points == monitor.history.points
 
 
@@ -228,6 +237,12 @@ def test_headless_cell_output_gets_the_summary() -> None:
     assert updates[-1][1]["transient"]["display_id"] == shown[1][1]["transient"]["display_id"]
     assert "Peak (MaxInUse)" in final["text/plain"] and "headroom" in final["text/plain"]
     assert "<svg" in final["text/html"] and "emulated GAUDI2 on the CPU" in final["text/html"]
+
+
+def test_points_pack_exactly() -> None:
+    points = [[1, 96 * 2**30, 123_456_789, 2**40 + 7, 4], [2, 512, 0, 1, 0]]
+    assert unpack_points(pack_points(points)) == points
+    assert len(pack_points(points)) == 2 * 5 * 8
 
 
 def test_parse_requested_sizes() -> None:

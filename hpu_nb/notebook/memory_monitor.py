@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import logging
+from array import array
 import os
 import re
 import time
@@ -73,6 +74,24 @@ class MemoryHistory:
     @property
     def peak(self) -> int:
         return max((p[3] for p in self.points), default=0)
+
+
+POINT_FIELDS = 5  # x, Limit, InUse, MaxInUse, stage
+
+
+def pack_points(points: list[list[int]]) -> memoryview:
+    """Points as one binary buffer of float64 (exact for byte counts below 2**53): no per-number JSON work."""
+    flat = array("d")
+    for point in points:
+        flat.extend(point)
+    return memoryview(flat.tobytes())
+
+
+def unpack_points(buffer: Any) -> list[list[int]]:
+    """The inverse of pack_points (what the front end does with the buffer)."""
+    flat = array("d")
+    flat.frombytes(bytes(buffer))
+    return [[int(v) for v in flat[i:i + POINT_FIELDS]] for i in range(0, len(flat), POINT_FIELDS)]
 
 
 def _parse_requested(message: str) -> int | None:
@@ -213,7 +232,7 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
     _css = STATIC / "memory_chart.css"
 
     uid = traitlets.Unicode().tag(sync=True)
-    delta = traitlets.Dict().tag(sync=True)  # {"seq", "base", "reset", "points": [[x, Limit, InUse, MaxInUse, stage]]}
+    delta = traitlets.Dict().tag(sync=True)  # {"seq", "base", "reset", "points": pack_points([[x, Limit, InUse, MaxInUse, stage]])}
     current = traitlets.Dict().tag(sync=True)  # the latest counters (all ten)
     status = traitlets.Unicode("idle").tag(sync=True)  # idle | running | done | oom | error
     stage = traitlets.Unicode("").tag(sync=True)
@@ -238,7 +257,7 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         if update_interval < 0:
             raise ValueError(f"update_interval must be >= 0 seconds, got {update_interval}.")
         # uid and the first delta go with the widget's opening message: the front end keys its history by uid
-        super().__init__(uid=uuid.uuid4().hex, delta={"seq": 0, "base": 0, "reset": True, "points": []})
+        super().__init__(uid=uuid.uuid4().hex, delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])})
         self.update_interval = float(update_interval)
         self.history = MemoryHistory(max_points)
         self.log_to_logger = log_to_logger
@@ -372,8 +391,9 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         if self._pending or self._needs_reset:
             base = self._seq
             self._seq += 1
-            points = [list(p) for p in self.history.points] if self._needs_reset else self._pending
-            traits["delta"] = {"seq": self._seq, "base": base, "reset": self._needs_reset, "points": points}
+            points = self.history.points if self._needs_reset else self._pending
+            traits["delta"] = {"seq": self._seq, "base": base, "reset": self._needs_reset,
+                               "points": pack_points(points)}
             self._pending, self._needs_reset = [], False
         self._guard(self._set, **traits)
 

@@ -27,16 +27,28 @@ function storeFor(model) {
   return store;
 }
 
+// Points arrive as one binary buffer of float64, five numbers per point (x, Limit, InUse, MaxInUse, stage).
+function decodePoints(points) {
+  if (Array.isArray(points)) return points;
+  if (!points) return [];
+  const view = points instanceof DataView ? points : new DataView(points.buffer || points);
+  const flat = new Float64Array(view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength));
+  const out = [];
+  for (let i = 0; i + 5 <= flat.length; i += 5) out.push([flat[i], flat[i + 1], flat[i + 2], flat[i + 3], flat[i + 4]]);
+  return out;
+}
+
 // Returns true when a gap was seen (a delta we never got): the caller then asks for a full sync.
 function applyDelta(store, delta) {
   if (!delta || typeof delta.seq !== "number" || delta.seq === store.seq) return false;
+  const points = decodePoints(delta.points);
   if (delta.reset) {
-    store.points = delta.points.slice();
+    store.points = points;
     store.seq = delta.seq;
     return false;
   }
   const gap = delta.base !== store.seq;
-  for (const p of delta.points) store.points.push(p);
+  for (const p of points) store.points.push(p);
   store.seq = delta.seq;
   return gap;
 }
