@@ -137,6 +137,17 @@ class JupyterLab:
         if getattr(self, "_log", None):
             self._log.close()
 
+    def shutdown_kernels(self) -> None:
+        """End every session (and its kernel), so the next test starts on a quiet server."""
+        try:
+            with urllib.request.urlopen(self.url("api/sessions"), timeout=5) as response:
+                sessions = json.load(response)
+            for session in sessions:
+                request = urllib.request.Request(self.url(f"api/sessions/{session['id']}"), method="DELETE")
+                urllib.request.urlopen(request, timeout=10).close()
+        except OSError:
+            pass
+
     def log_tail(self, n: int = 4000) -> str:
         try:
             return self.log_path.read_text()[-n:]
@@ -204,7 +215,8 @@ class LabPage:
 
     def open_notebook(self, name: str, timeout: float = 60) -> None:
         """Open `name` (relative to the server's notebook dir) and wait until its kernel is idle."""
-        self.page.goto(self.server.url(f"lab/tree/{name}"), wait_until="domcontentloaded")
+        # ?reset: start from an empty workspace, not the layout an earlier test left on the server
+        self.page.goto(self.server.url(f"lab/tree/{name}?reset"), wait_until="domcontentloaded")
         self.page.wait_for_function(
             """(name) => { const app = window.jupyterapp; const w = app && app.shell.currentWidget;
                 return w && w.context && w.context.path.endsWith(name) && w.content && w.content.widgets.length > 0; }""",
@@ -258,7 +270,8 @@ class LabPage:
         return self.cell(index).locator(".jp-OutputArea").inner_text()
 
     def cell(self, index: int) -> Any:
-        return self.page.locator(".jp-Notebook .jp-Cell").nth(index)
+        """Cell `index` of the notebook on show (other notebooks may be open in hidden tabs)."""
+        return self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell").nth(index)
 
     def screenshot(self, name: str, locator: Any = None) -> Path:
         path = self.artifacts / f"{name}.png"
@@ -291,4 +304,5 @@ def lab(browser: Any, jupyter_lab: JupyterLab, artifacts_dir: Path) -> Iterator[
     page.set_default_timeout(60_000)
     yield LabPage(page, jupyter_lab, artifacts_dir)
     context.close()
+    jupyter_lab.shutdown_kernels()
 

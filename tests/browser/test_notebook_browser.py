@@ -133,11 +133,11 @@ def _check(lab) -> None:  # noqa: ANN001
     assert 'precision="32-true"' in before
     form.locator(".hpu-cfg-row-precision select").select_option(label="bf16-mixed")
     lab.page.wait_for_function(
-        """() => { const pre = document.querySelectorAll('.jp-Cell')[4].querySelector('pre.hpu-cfg-code');
+        """() => { const pre = window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('pre.hpu-cfg-code');
             return pre && pre.textContent.includes('precision="bf16-mixed"'); }""")
     form.locator(".hpu-cfg-row-monitor input[type=checkbox]").check()
     lab.page.wait_for_function(
-        """() => document.querySelectorAll('.jp-Cell')[4].querySelector('pre.hpu-cfg-code')
+        """() => window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('pre.hpu-cfg-code')
             .textContent.includes('callbacks=[MemoryMonitor()]')""")
     form.locator(".hpu-cfg-row-devices input").fill("2")
     form.locator(".hpu-cfg-row-devices input").press("Enter")
@@ -147,13 +147,13 @@ def _check(lab) -> None:  # noqa: ANN001
     shot = lab.screenshot("config_widget_error", form)
     form.locator(".hpu-cfg-row-strategy select").select_option(label="parallel / DDP over HCCL (hpu_parallel)")
     lab.page.wait_for_function(
-        """() => document.querySelectorAll('.jp-Cell')[4].querySelector('.hpu-cfg-panel')
+        """() => window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('.hpu-cfg-panel')
             .getAttribute('data-errors') === '0'""")
     after = code.inner_text()
     assert after != before and 'strategy="hpu_parallel"' in after and "devices=2" in after
     form.locator("button.hpu-cfg-copy").click()
     lab.page.wait_for_function(
-        "() => document.querySelectorAll('.jp-Cell')[4].querySelector('.hpu-cfg-panel').hasAttribute('data-copied')")
+        "() => window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('.hpu-cfg-panel').hasAttribute('data-copied')")
     copied = form.locator(".hpu-cfg-panel").get_attribute("data-copied")
     assert copied == "yes"
     try:
