@@ -143,3 +143,16 @@ def test_magic_displays_html_and_text(capsys: pytest.CaptureFixture) -> None:
     assert "text/html" in shown[0] and "Emulated Gaudi" in shown[0]["text/plain"]
     assert "text/html" not in shown[1] and shown[1]["text/plain"].startswith("Emulated Gaudi on the CPU")
     assert "Unknown argument '--nope'" in capsys.readouterr().out
+
+
+def test_magic_explains_a_backend_that_cannot_start(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    from hpu_nb.notebook.info import hpu_info
+    from tests.fake_habana import block_habana
+
+    monkeypatch.setenv("HPU_NB_BACKEND", "gaudi")
+    with block_habana():
+        hpu_info("--text")
+    out = capsys.readouterr().out
+    assert out.startswith("%hpu_info: no device backend could be set up: HPUNotAvailableError")
+    assert "HPU_NB_BACKEND=gaudi" in out
