@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= dev,deepspeed
 JUPYTER_PORT ?= 8888
 
-.PHONY: setup lab test test-fast bench browser clean
+.PHONY: setup lab test test-fast bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,10 @@ test: setup browser
 
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow"
+
+# Refresh docs/screenshots/ from the real-browser tests.
+screenshots: setup browser
+	HPU_NB_UPDATE_SCREENSHOTS=1 $(PY) -m pytest tests/browser -q
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

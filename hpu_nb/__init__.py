@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "Format": "hpu_nb.core.fp8",
     "HPUCheckpointIO": "hpu_nb.core.checkpoint_io",
     "HPUProfiler": "hpu_nb.core.profiler",
+    "TrainerConfig": "hpu_nb.core.trainer_config",
     "MemoryMonitor": "hpu_nb.notebook.memory_monitor",
     "TrainerConfigWidget": "hpu_nb.notebook.config_widget",
     "PrecisionConfigWidget": "hpu_nb.notebook.config_widget",
