@@ -77,17 +77,22 @@ def stats_file(config: Mapping[str, Any]) -> Path:
     return Path(str(config["dump_stats_path"]) + STATS_SUFFIX)
 
 
-def read_config(path: Path, expected_mode: str) -> dict:
-    """Load and check a quantization config JSON; errors name the file and the field."""
+def _read_measure_output(path: Path, missing: str) -> Any:
+    """A JSON file the measure step writes; when missing or broken, the error says how to make it."""
     if not path.is_file():
         raise FileNotFoundError(
-            f"fp8 quantization config {path} does not exist. Measure first, in another process: "
+            missing.format(path=path) + ". Measure first, in another process: "
             "convert_modules(model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...)."
         )
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise Fp8InferenceError(f"{path} is not valid JSON ({err}).") from err
+
+
+def read_config(path: Path, expected_mode: str) -> dict:
+    """Load and check a quantization config JSON; errors name the file and the field."""
+    config = _read_measure_output(path, "fp8 quantization config {path} does not exist")
     missing = [k for k in ("mode", "observer", "scale_method", "allowlist", "blocklist", "dump_stats_path") if k not in config]
     if missing:
         raise Fp8InferenceError(f"{path} lacks the field(s) {missing} of a Habana quantization config.")
@@ -209,15 +214,7 @@ def write_measurements(state: Fp8InferenceState) -> Path:
 
 
 def read_measurements(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"fp8 measurements {path} do not exist. Measure first, in another process: "
-            "convert_modules(model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...)."
-        )
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise Fp8InferenceError(f"{path} is not valid JSON ({err}).") from err
+    document = _read_measure_output(path, "fp8 measurements {path} do not exist")
     if document.get("Mode") != "DynamicRange" or not isinstance(document.get("Nodes"), dict):
         raise Fp8InferenceError(f"{path} is not a max-abs measurement file (expected 'Mode': 'DynamicRange' and 'Nodes').")
     for name, node in document["Nodes"].items():
