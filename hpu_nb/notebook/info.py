@@ -44,6 +44,14 @@ def _version_rows(info: HPUInfo) -> list[tuple[str, str]]:
     return rows
 
 
+def _execution_mode(info: HPUInfo) -> str:
+    if not info.lazy_mode:
+        return "eager (PT_HPU_LAZY_MODE=0)"
+    if info.is_emulated:  # the emulation computes eagerly; it only places (and counts) the mark_step calls
+        return "lazy (PT_HPU_LAZY_MODE=1: mark_step placed as on a Gaudi; the emulation computes eagerly)"
+    return "lazy (graph mode, mark_step runs the graph)"
+
+
 def _summary_rows(info: HPUInfo) -> list[tuple[str, str]]:
     fp16, fp16_why = info.fp16
     fp8, fp8_why = info.fp8
@@ -51,7 +59,7 @@ def _summary_rows(info: HPUInfo) -> list[tuple[str, str]]:
         ("backend", f"{info.backend} ({'emulated Gaudi' if info.is_emulated else 'real Gaudi'})"),
         ("generation", f"{info.generation} ({info.device_name}, {format_bytes(info.hbm_bytes)} HBM)"),
         ("devices", str(info.device_count)),
-        ("execution mode", "lazy (graph mode, mark_step runs the graph)" if info.lazy_mode else "eager"),
+        ("execution mode", _execution_mode(info)),
         ("fp16", "available" if fp16 else f"no — {fp16_why}"),
         ("fp8", "available" if fp8 else f"no — {fp8_why}"),
         ("autocast device_type", info.autocast_device_type),
