@@ -71,11 +71,14 @@ def test_auto_accelerator_never_picks_the_emulated_gaudi():
     assert not isinstance(trainer.accelerator, HPUAccelerator)
 
 
-def test_several_devices_without_the_parallel_strategy_is_clear():
-    if "hpu_parallel" in StrategyRegistry:
-        pytest.skip("HPUParallelStrategy is present: multi-device selection is tested with it")
-    with pytest.raises(MisconfigurationException, match="HPUParallelStrategy"):
-        L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", devices=2))
+@pytest.mark.parametrize("accelerator", ["hpu", "instance"])
+def test_several_devices_pick_the_parallel_strategy(accelerator):
+    from hpu_nb import HPUParallelStrategy
+
+    accelerator = HPUAccelerator() if accelerator == "instance" else accelerator
+    trainer = L.Trainer(**quiet_trainer_kwargs(accelerator=accelerator, devices=2))
+    assert type(trainer.strategy) is HPUParallelStrategy
+    assert trainer.strategy.num_processes == 2
 
 
 @pytest.mark.parametrize("devices", [0, -2, "two", 1.5, True, [], 99])
