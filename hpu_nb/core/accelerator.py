@@ -27,8 +27,8 @@ class HPUAccelerator(Accelerator):
 
     def setup(self, trainer: Any) -> None:
         backend = get_backend()
-        if backend.is_emulated:
-            rank_zero_info(f"HPU available: True, using: emulated Gaudi ({backend.device_name()} on the CPU)")
+        where = f"emulated Gaudi ({backend.device_name()} on the CPU)" if backend.is_emulated else backend.device_name()
+        rank_zero_info(f"HPU available: True, using: {trainer.num_devices} x {where}")
 
     def get_device_stats(self, device: _DEVICE = None) -> dict[str, Any]:
         """The ten Gaudi memory counters (Limit, InUse, MaxInUse, NumAllocs, ...)."""
