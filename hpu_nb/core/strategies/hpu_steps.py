@@ -13,6 +13,7 @@ from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
 
 from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.base import iter_tensors
 
 
 class HPUStepsMixin:
@@ -40,8 +41,6 @@ class HPUStepsMixin:
         backend.register_on_device(model.buffers())
 
     def batch_to_device(self, batch: Any, device: Any = None, dataloader_idx: int = 0) -> Any:
-        from hpu_nb.runtime.base import iter_tensors
-
         batch = super().batch_to_device(batch, device, dataloader_idx)  # type: ignore[misc]
         get_backend().register_on_device(iter_tensors(batch))
         return batch
