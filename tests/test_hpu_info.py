@@ -45,7 +45,7 @@ def test_memory_figures_are_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     with backend.on_device():
         small = torch.ones(1 << 10)  # 4 KiB
     device0 = collect_info().devices[0]
-    assert device0.memory_in_use == 4096
+    assert device0.memory_used == 4096
     assert device0.memory_peak == 4 * 2**20
     assert "peak 4.00 MiB" in render_text(collect_info())
     del small
@@ -111,7 +111,7 @@ def test_gaudi_facts_from_hlsmi(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: A
     info = collect_info(timeout=5)
     assert info.versions.synapseai == "1.17.2" and info.versions.firmware.startswith("51.5.1")
     assert [d.source for d in info.devices] == ["hl-smi", "hl-smi"]
-    assert info.devices[1].memory_in_use == 2048 * 2**20
+    assert info.devices[1].memory_used == 2048 * 2**20
     assert "SynapseAI             1.17.2" in render_text(info)
 
 

@@ -79,7 +79,7 @@ def render_text(info: HPUInfo) -> str:
         if d.utilization is not None or d.temperature is not None or d.power is not None:
             extra = f", util {_num(d.utilization, '%')}, {_num(d.temperature, 'C')}, {_num(d.power, 'W')}"
         lines.append(
-            f"  [{d.index}] {d.name}: total {_bytes(d.memory_total)}, in use {_bytes(d.memory_in_use)}{peak}{extra}"
+            f"  [{d.index}] {d.name}: total {_bytes(d.memory_total)}, in use {_bytes(d.memory_used)}{peak}{extra}"
             f"  ({d.source})"
         )
     lines += ["", "Versions:"]
@@ -132,7 +132,7 @@ def render_html(info: HPUInfo) -> str:
     parts.append("<h4>Devices</h4><table><tr><th>#</th><th>name</th><th>total</th><th>in use</th><th>peak</th>"
                  "<th>util</th><th>temp</th><th>power</th><th>source</th></tr>")
     for d in info.devices:
-        cells = [str(d.index), d.name, _bytes(d.memory_total), _bytes(d.memory_in_use), _bytes(d.memory_peak),
+        cells = [str(d.index), d.name, _bytes(d.memory_total), _bytes(d.memory_used), _bytes(d.memory_peak),
                  _num(d.utilization, "%"), _num(d.temperature, "C"), _num(d.power, "W"), d.source]
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")

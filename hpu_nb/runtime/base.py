@@ -39,6 +39,7 @@ class DeviceFacts:
     name: str
     memory_total: int | None = None
     memory_used: int | None = None
+    memory_peak: int | None = None  # known only for the card this process drives
     utilization: float | None = None  # percent
     temperature: float | None = None  # Celsius
     power: float | None = None  # Watts

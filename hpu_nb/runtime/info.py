@@ -7,6 +7,7 @@ imports torch or starts a subprocess, so it returns in milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,21 +25,6 @@ class FlagInfo:
 
 
 @dataclass
-class DeviceInfo:
-    """One card: its facts plus, for the card this process drives, the process's own peak."""
-
-    index: int
-    name: str
-    memory_total: int | None = None
-    memory_in_use: int | None = None
-    memory_peak: int | None = None
-    utilization: float | None = None
-    temperature: float | None = None
-    power: float | None = None
-    source: str = "runtime"
-
-
-@dataclass
 class HPUInfo:
     backend: str  # "gaudi" / "emulated"
     is_emulated: bool
@@ -52,7 +38,7 @@ class HPUInfo:
     fp8: tuple[bool, str]
     autocast_device_type: str
     dist_backend: str
-    devices: list[DeviceInfo] = field(default_factory=list)
+    devices: list[DeviceFacts] = field(default_factory=list)
     versions: Versions = field(default_factory=Versions)
     flags: list[FlagInfo] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -110,24 +96,17 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
     stats = _process_memory(backend, problems)
     devices = []
     for fact in facts:
-        info = DeviceInfo(
-            index=fact.index,
-            name=fact.name,
-            memory_total=fact.memory_total,
-            memory_in_use=fact.memory_used,
-            utilization=fact.utilization,
-            temperature=fact.temperature,
-            power=fact.power,
-            source=fact.source,
-        )
-        if fact.index == 0:
+        if fact.index == 0:  # the card this process drives: its own counters are better than the tool's
             if stats is not None:
-                info.memory_in_use = stats.get("InUse", info.memory_in_use)
-                info.memory_peak = stats.get("MaxInUse")
-                info.memory_total = stats.get("Limit", info.memory_total)
+                fact = dataclasses.replace(
+                    fact,
+                    memory_used=stats.get("InUse", fact.memory_used),
+                    memory_peak=stats.get("MaxInUse"),
+                    memory_total=stats.get("Limit", fact.memory_total),
+                )
             elif backend.is_emulated:
-                info.memory_in_use, info.memory_peak = 0, 0
-        devices.append(info)
+                fact = dataclasses.replace(fact, memory_used=0, memory_peak=0)
+        devices.append(fact)
     try:
         lazy = backend.is_lazy()
     except Exception as err:  # noqa: BLE001
