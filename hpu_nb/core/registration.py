@@ -16,7 +16,7 @@ from typing import Any
 
 SUPPORTED_LIGHTNING = ((2, 6), (2, 7))  # [low, high)
 
-# Strategy modules; each lists its Strategy classes in __all__. Missing modules are features not built yet.
+# Strategy modules; each lists its Strategy classes in __all__.
 STRATEGY_MODULES = (
     "hpu_nb.core.strategies.single",
     "hpu_nb.core.strategies.parallel",
@@ -66,12 +66,7 @@ def _strategy_classes() -> list[type]:
 
     classes = []
     for name in STRATEGY_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:
-                continue
-            raise
+        module = importlib.import_module(name)
         for attr in getattr(module, "__all__", ()):
             obj = getattr(module, attr)
             if isinstance(obj, type) and issubclass(obj, Strategy) and "strategy_name" in vars(obj):
@@ -80,13 +75,9 @@ def _strategy_classes() -> list[type]:
 
 
 def _register_profiler() -> None:
-    if importlib.util.find_spec("hpu_nb.core.profiler") is None:
-        return
-    from hpu_nb.core import profiler
+    from hpu_nb.core.profiler import register_profiler_string
 
-    register = getattr(profiler, "register_profiler_string", None)
-    if register is not None:
-        register()
+    register_profiler_string()
 
 
 def install_connector_hook() -> bool:

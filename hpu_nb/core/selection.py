@@ -7,9 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning.pytorch.strategies import StrategyRegistry
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
 PARALLEL_STRATEGY_NAME = "hpu_parallel"
 
 
@@ -26,11 +23,6 @@ def choose_strategy(connector: Any) -> Any:
     devices = connector._parallel_devices
     if len(devices) <= 1 and connector._num_nodes_flag == 1:
         return SingleHPUStrategy(device=devices[0] if devices else None)
-    if PARALLEL_STRATEGY_NAME not in StrategyRegistry:
-        raise MisconfigurationException(
-            f"Training on {len(devices)} HPUs x {connector._num_nodes_flag} node(s) needs HPUParallelStrategy, which this"
-            " version of hpu_nb does not have yet. Use devices=1 for now."
-        )
     return PARALLEL_STRATEGY_NAME
 
 
@@ -40,16 +32,6 @@ def choose_precision(connector: Any) -> Any:
     own = getattr(connector.strategy, "hpu_precision_plugin", None)
     if callable(own):  # DeepSpeed / FSDP strategies bring their own plugin class
         return own(flag)
-    try:
-        from hpu_nb.core.precision import HPUPrecisionPlugin
-    except ModuleNotFoundError as err:
-        if err.name != "hpu_nb.core.precision":
-            raise
-        if flag in ("32-true", "32"):
-            from lightning.pytorch.plugins.precision import Precision
+    from hpu_nb.core.precision import HPUPrecisionPlugin
 
-            return Precision()
-        raise MisconfigurationException(
-            f"precision={flag!r} on HPU needs HPUPrecisionPlugin, which this version of hpu_nb does not have yet."
-        ) from None
     return HPUPrecisionPlugin(precision=flag)
