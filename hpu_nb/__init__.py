@@ -1,7 +1,8 @@
 """hpu_nb: train with PyTorch Lightning on Intel Gaudi (HPU) from a notebook — or on an emulated Gaudi anywhere.
 
 Importing this package is cheap: it imports neither torch nor Lightning, touches no device and starts no
-subprocess. Public names load on first use; Lightning learns about "hpu" when it is imported.
+subprocess. Public names load on first use; Lightning learns about "hpu" when it is imported; where Habana's software
+is not installed, `habana_frameworks` and `torch.hpu` resolve to the emulated Gaudi when first imported.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "TrainerConfigWidget": "hpu_nb.notebook.config_widget",
     "PrecisionConfigWidget": "hpu_nb.notebook.config_widget",
     "TraceViewer": "hpu_nb.notebook.trace_viewer",
-    "HPUOutOfMemoryError": "hpu_nb.runtime",
+    "is_out_of_memory": "hpu_nb.runtime",
     "HPUNotAvailableError": "hpu_nb.runtime",
     "get_backend": "hpu_nb.runtime",
 }
@@ -77,5 +78,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 from hpu_nb import _lightning_hook  # noqa: E402
+from hpu_nb.runtime import emulated_habana as _emulated_habana  # noqa: E402
 
 _lightning_hook.install()
+_emulated_habana.install()  # `habana_frameworks` / `torch.hpu` resolve to the emulated Gaudi where Habana's is absent

@@ -1,4 +1,4 @@
-"""The emulated Gaudi: selection, generations, limits and measured memory."""
+"""The emulated Gaudi backend: selection, generations, limits, and that it drives the device through Habana's API."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hpu_nb.runtime as runtime
-from hpu_nb.runtime import GENERATIONS, MEMORY_STAT_KEYS, HPUNotAvailableError, HPUOutOfMemoryError
+from hpu_nb.runtime import GENERATIONS, MEMORY_STAT_KEYS, HPUNotAvailableError, hpu_device
 from hpu_nb.runtime.emulated import EmulatedBackend
 from hpu_nb.runtime.env import format_bytes, parse_size
 
@@ -14,7 +14,8 @@ from hpu_nb.runtime.env import format_bytes, parse_size
 def test_auto_picks_emulated_without_gaudi():
     backend = runtime.get_backend()
     assert backend.name == "emulated" and backend.is_emulated
-    assert backend.autocast_device_type == "cpu" and backend.dist_backend == "gloo"
+    assert backend.autocast_device_type == "hpu" and backend.dist_backend == "hccl"
+    assert backend.root_device() == torch.device("hpu", 0)
     assert "emulated" in backend.describe()
     assert runtime.get_backend() is backend  # chosen once
 
@@ -36,8 +37,8 @@ def test_generation_sets_limit_and_features(monkeypatch, key):
     monkeypatch.setenv("HPU_NB_DEVICE", key)
     backend = runtime.get_backend()
     gen = GENERATIONS[key]
-    assert backend.device_name() == gen.device_name
-    assert backend.memory_stats()["Limit"] == gen.hbm_bytes
+    assert backend.device_name() == gen.device_name == torch.hpu.get_device_name()
+    assert backend.memory_stats()["Limit"] == gen.hbm_bytes == torch.hpu.memory_stats()["Limit"]
     assert gen.supports_fp8 == (key != "gaudi")
 
 
@@ -71,76 +72,65 @@ def test_memory_limit_env_is_checked(monkeypatch):
         runtime.get_backend()
 
 
+def test_memory_limit_above_the_cards_hbm_is_refused(monkeypatch):
+    monkeypatch.setenv("HPU_NB_MEMORY_LIMIT", "200GiB")
+    with pytest.raises(ValueError, match="96 GiB of HBM"):
+        runtime.get_backend()
+
+
+@pytest.mark.parametrize("count", ["0", "1000000", "many"])
+def test_device_count_env_is_checked(monkeypatch, count):
+    monkeypatch.setenv("HPU_NB_DEVICE_COUNT", count)
+    with pytest.raises(ValueError, match="HPU_NB_DEVICE_COUNT"):
+        runtime.get_backend()
+
+
+def test_memory_limit_set_in_a_running_process_takes_effect_where_it_is_shown(monkeypatch):
+    runtime.get_backend()
+    monkeypatch.setenv("HPU_NB_MEMORY_LIMIT", "1GiB")
+    runtime.reset_backend()  # what a new backend (e.g. %hpu_info's) reads
+    backend = runtime.get_backend()
+    assert backend.memory_stats()["Limit"] == 2**30 == torch.hpu.mem_get_info()[1]
+    assert backend.device_facts()[0].memory_total == 2**30
+
+
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.50 KiB"
     assert format_bytes(3 * 2**30) == "3.00 GiB"
 
 
-def test_accounting_is_exact_for_registered_and_created_tensors():
+def test_backend_reads_the_devices_counters():
     backend = EmulatedBackend(memory_limit="1GiB")
-    weight = torch.zeros(256, 256)  # 256 KiB
-    backend.register_on_device([weight, weight, weight[:10]])  # views and repeats count once
+    hpu_device.fresh_card()
+    weight = torch.zeros(256, 256, device="hpu")
     stats = backend.memory_stats()
-    assert stats["InUse"] == 256 * 256 * 4 and stats["NumAllocs"] == 1
-    with backend.on_device():
-        out = weight @ weight  # 256 KiB more
-        view = out.t()  # no new storage
-        assert view.shape == (256, 256)
-        stats = backend.memory_stats()
-        assert stats["InUse"] == 2 * 256 * 256 * 4
-    del out, view
-    stats = backend.memory_stats()
-    assert stats["InUse"] == 256 * 256 * 4
-    assert stats["MaxInUse"] == 2 * 256 * 256 * 4
-    assert stats["NumFrees"] == 1 and stats["ActiveAllocs"] == 1
-    assert stats["MaxAllocSize"] == 256 * 256 * 4
     assert set(stats) == set(MEMORY_STAT_KEYS)
-    backend.reset_peak_memory_stats()
-    assert backend.memory_stats()["MaxInUse"] == 256 * 256 * 4
-
-
-def test_tensors_outside_the_device_are_not_counted():
-    backend = EmulatedBackend()
-    _ = torch.ones(1000) * 2  # not on the device
+    assert stats["InUse"] == 256 * 256 * 4 and stats["NumAllocs"] == 1
+    del weight
     assert backend.memory_stats()["InUse"] == 0
 
 
-def test_backward_and_optimizer_state_are_counted():
+def test_mark_step_is_habanas_no_op_in_eager_mode_and_counted_in_lazy_mode(monkeypatch):
+    import habana_frameworks.torch.core as htcore
+
     backend = EmulatedBackend()
-    layer = torch.nn.Linear(64, 64)
-    param_bytes = sum(p.numel() * 4 for p in layer.parameters())
-    backend.register_on_device(layer.parameters())
-    opt = torch.optim.Adam(layer.parameters())
-    with backend.on_device():
-        layer(torch.randn(8, 64)).sum().backward()
-        grads_live = backend.memory_stats()["InUse"]
-        opt.step()
-        after_step = backend.memory_stats()["InUse"]
-    assert grads_live >= 2 * param_bytes  # parameters + gradients
-    assert after_step >= 4 * param_bytes  # + Adam's exp_avg and exp_avg_sq
-
-
-def test_out_of_memory_names_limit_and_request():
-    backend = EmulatedBackend(memory_limit="1MiB")
-    with pytest.raises(HPUOutOfMemoryError, match=r"tried to allocate 4\.00 MiB \(4194304 bytes\).*Limit is 1\.00 MiB"):
-        backend.register_on_device([torch.zeros(1024, 1024)])
-    with backend.on_device(), pytest.raises(HPUOutOfMemoryError):
-        torch.zeros(1024, 1024) + 1
-    assert backend.memory_stats()["InUse"] == 0  # the failed allocation is not held
-
-
-def test_mark_step_is_counted_not_executed():
-    backend = EmulatedBackend()
+    before = htcore.placed_mark_steps
+    assert not backend.is_lazy()  # today's Gaudi software runs eager by default
+    backend.mark_step()
+    assert htcore.placed_mark_steps == before
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
+    assert backend.is_lazy()
     backend.mark_step()
     backend.mark_step()
-    assert backend.mark_step_calls == 2
+    assert htcore.placed_mark_steps == before + 2
 
 
-def test_lazy_mode_follows_env(monkeypatch):
-    assert runtime.get_backend().is_lazy()
-    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
-    assert not runtime.get_backend().is_lazy()
+@pytest.mark.parametrize("value", ["2", "off", "FALSE", "-1", "true"])
+def test_lazy_mode_values_other_than_0_and_1_are_errors(monkeypatch, value):
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", value)
+    with pytest.raises(ValueError, match=f"PT_HPU_LAZY_MODE={value!r}.*0.*1"):
+        runtime.get_backend().is_lazy()
 
 
 def test_device_facts_say_emulated():

@@ -21,9 +21,8 @@ class HPUAccelerator(Accelerator):
         return "HPUAccelerator()"
 
     def setup_device(self, device: torch.device) -> None:
-        expected = get_backend().root_device().type
-        if device.type != expected:
-            raise MisconfigurationException(f"Device should be {expected!r} for the {get_backend().describe()}, got {device}.")
+        if device.type != "hpu":
+            raise MisconfigurationException(f"Device should be HPU, got {device} instead.")
 
     def setup(self, trainer: Any) -> None:
         backend = get_backend()
@@ -52,7 +51,7 @@ class HPUAccelerator(Accelerator):
     def auto_device_count() -> int:
         """All Gaudi cards on a Gaudi; one emulated card unless HPU_NB_DEVICE_COUNT asks for more."""
         backend = get_backend()
-        if backend.is_emulated and not getattr(backend, "device_count_is_explicit", True):
+        if backend.is_emulated and not backend.device_count_is_explicit:
             return 1
         return backend.device_count()
 

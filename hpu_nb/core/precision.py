@@ -1,4 +1,4 @@
-"""HPUPrecisionPlugin: mixed precision on Gaudi (autocast on "hpu") and on the emulated Gaudi (CPU autocast).
+"""HPUPrecisionPlugin: mixed precision on Gaudi, real or emulated: autocast on "hpu" with Habana's op lists.
 
 Precisions: "32-true" ("32"), "bf16-mixed" ("bf16"), "16-mixed" and "fp8" (the last two from Gaudi2 on).
 Operator lists (LOWER_LIST / FP32_LIST files, or plugin arguments) are applied by hpu_nb.core.oplists.
@@ -79,7 +79,7 @@ def validate_precision(precision: Any, *, check_device: bool = True) -> str:
 
 
 def autocast_device_type() -> str:
-    """The `device_type` for torch.autocast on this backend: "hpu" on a Gaudi, "cpu" on the emulated Gaudi."""
+    """The `device_type` for torch.autocast: "hpu", on a Gaudi and on the emulated Gaudi alike."""
     return get_backend().autocast_device_type
 
 

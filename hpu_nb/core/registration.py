@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import warnings
 from typing import Any
 
@@ -141,9 +140,11 @@ def install_connector_hook() -> bool:
 
 def _real_gaudi_present() -> bool:
     """accelerator="auto" means HPU only on a real Gaudi; the emulated one is never chosen implicitly."""
-    if importlib.util.find_spec("habana_frameworks") is None:
-        return False
     from hpu_nb.runtime import get_backend
+    from hpu_nb.runtime.emulated_habana import real_habana_spec
+
+    if real_habana_spec() is None:
+        return False
 
     try:
         return get_backend().name == "gaudi"

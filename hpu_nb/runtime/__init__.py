@@ -15,8 +15,8 @@ from hpu_nb.runtime.base import (
     DeviceBackend,
     DeviceFacts,
     HPUNotAvailableError,
-    HPUOutOfMemoryError,
     Versions,
+    is_out_of_memory,
 )
 from hpu_nb.runtime.generations import GENERATIONS, Generation
 
@@ -27,9 +27,9 @@ __all__ = [
     "GENERATIONS",
     "Generation",
     "HPUNotAvailableError",
-    "HPUOutOfMemoryError",
     "Versions",
     "get_backend",
+    "is_out_of_memory",
     "reset_backend",
     "set_backend",
 ]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from hpu_nb.runtime.generations import Generation
 
@@ -27,8 +26,12 @@ class HPUNotAvailableError(RuntimeError):
     """A Gaudi was asked for (HPU_NB_BACKEND=gaudi) but none can be used."""
 
 
-class HPUOutOfMemoryError(RuntimeError):
-    """The device cannot hold what was asked of it (raised by the emulated Gaudi like a real device would)."""
+OUT_OF_MEMORY_TEXT = "PT_DEVMEM Allocation failed"  # how Habana's runtime (and the emulated card) reports it
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is a card running out of memory: a RuntimeError whose text has Habana's PT_DEVMEM message."""
+    return isinstance(error, RuntimeError) and OUT_OF_MEMORY_TEXT in str(error)
 
 
 @dataclass
@@ -58,18 +61,29 @@ class Versions:
 
 
 class DeviceBackend(ABC):
-    """A device for Lightning to train on: a real Gaudi or the emulated one."""
+    """A Gaudi for Lightning to train on, real or emulated, driven through Habana's API (`habana_frameworks.torch`).
+
+    Both backends run the same code: tensors on `hpu`, autocast on "hpu", HCCL, `htcore.mark_step()`,
+    `hthpu.memory_stats()`. They differ only below that API (Habana's software or hpu_nb's emulated device) and in
+    where facts about the machine come from (hl-smi / habana-pyhlml, or the emulation's configuration).
+    """
 
     name: str  # "gaudi" or "emulated"
     is_emulated: bool
-    autocast_device_type: str  # device_type for torch.autocast: "hpu" or "cpu"
-    dist_backend: str  # torch.distributed backend: "hccl" or "gloo"
+    autocast_device_type = "hpu"  # device_type for torch.autocast
+    dist_backend = "hccl"  # torch.distributed backend
 
+    def __init__(self, htcore: Any, hthpu: Any) -> None:
+        self._htcore = htcore  # habana_frameworks.torch.core
+        self._hthpu = hthpu  # habana_frameworks.torch.hpu
+
+    # -- facts about the machine (differ by backend) -------------------------------------------------------------------
     @abstractmethod
     def is_available(self) -> bool: ...
 
     @abstractmethod
-    def device_count(self) -> int: ...
+    def device_count(self) -> int:
+        """Cards on this machine, read without acquiring one."""
 
     @abstractmethod
     def generation(self) -> Generation: ...
@@ -78,40 +92,38 @@ class DeviceBackend(ABC):
         return self.generation().device_name
 
     @abstractmethod
-    def root_device(self, index: int = 0) -> Any:
-        """The torch.device Lightning places the model on ("hpu" on a Gaudi, "cpu" when emulated)."""
-
-    @abstractmethod
-    def memory_stats(self, index: int = 0) -> dict[str, int]:
-        """All ten Gaudi memory counters (MEMORY_STAT_KEYS), in bytes / counts."""
-
-    @abstractmethod
-    def reset_peak_memory_stats(self, index: int = 0) -> None: ...
-
-    @abstractmethod
-    def mark_step(self) -> None:
-        """End the accumulated lazy graph and run it (a no-op outside lazy mode)."""
-
-    @abstractmethod
-    def synchronize(self) -> None: ...
-
-    @abstractmethod
-    def is_lazy(self) -> bool: ...
-
-    @abstractmethod
     def versions(self) -> Versions: ...
 
     @abstractmethod
     def device_facts(self, timeout: float = 2.0) -> list[DeviceFacts]:
         """Per-card facts; never raises for a missing or hanging tool, degrades to what is known."""
 
-    # Memory accounting hooks. A real Gaudi accounts by itself, so these do nothing there.
-    def on_device(self) -> contextlib.AbstractContextManager[None]:
-        """Context in which tensor operations run "on the device" (the emulated Gaudi accounts them)."""
-        return contextlib.nullcontext()
+    # -- the device, through Habana's API (the same on both backends) --------------------------------------------------
+    def root_device(self, index: int = 0) -> Any:
+        """The torch.device Lightning places the model on: this process's card, hpu:0 (one card per process)."""
+        import torch
 
-    def register_on_device(self, tensors: Iterable[Any]) -> None:
-        """Declare tensors as moved onto the device (the emulated Gaudi counts their storage)."""
+        return torch.device("hpu", index)
+
+    def memory_stats(self, index: int = 0) -> dict[str, int]:
+        """The ten Gaudi memory counters (MEMORY_STAT_KEYS) of this process's card, as ints."""
+        raw = self._hthpu.memory_stats(self.root_device(index)) or {}
+        return {key: int(raw.get(key, 0)) for key in MEMORY_STAT_KEYS}
+
+    def reset_peak_memory_stats(self, index: int = 0) -> None:
+        self._hthpu.reset_peak_memory_stats(self.root_device(index))
+
+    def is_lazy(self) -> bool:
+        """Whether Habana's software runs in lazy mode here (it decides: PT_HPU_LAZY_MODE and the release default)."""
+        return bool(self._htcore.is_lazy())
+
+    def mark_step(self) -> None:
+        """End the accumulated lazy graph and run it; in eager / torch.compile mode there is no graph to end."""
+        if self.is_lazy():
+            self._htcore.mark_step()
+
+    def synchronize(self) -> None:
+        self._hthpu.synchronize()
 
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""

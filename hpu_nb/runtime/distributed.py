@@ -1,11 +1,11 @@
-"""The device side of multi-process training: HCCL on a Gaudi, gloo on the emulated Gaudi.
+"""The device side of multi-process training: HCCL, on a Gaudi and on the emulated Gaudi alike.
 
 Lightning's strategies (hpu_nb/core/strategies) call these few functions and never touch habana_frameworks:
-- `initialize_distributed(world_size, rank, local_rank)` before `torch.distributed.init_process_group`: on a Gaudi it
-  imports `habana_frameworks.torch.distributed.hccl` (which registers the "hccl" backend) and calls
+- `initialize_distributed(world_size, rank, local_rank)` before `torch.distributed.init_process_group`: imports
+  `habana_frameworks.torch.distributed.hccl` (which registers the "hccl" backend for the hpu device) and calls
   `initialize_distributed_hpu`, which exports WORLD_SIZE / RANK / LOCAL_RANK and picks this process's card from
-  HABANA_VISIBLE_MODULES (multi-tenancy). On the emulated Gaudi there is nothing to prepare: gloo runs on the CPU.
-- `check_fork_allowed()` / `prepare_forked_worker()` around a fork (multi-device training from a notebook).
+  HABANA_VISIBLE_MODULES (multi-tenancy). On the emulated Gaudi, HCCL's collectives run over gloo.
+- `check_fork_allowed()` around a fork (multi-device training from a notebook).
 - `deepspeed_environment()`: what DeepSpeed needs in the environment before it is imported.
 """
 
@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 
-from hpu_nb.runtime import get_backend, set_backend
+from hpu_nb.runtime import get_backend
 
 HCCL_MODULE = "habana_frameworks.torch.distributed.hccl"
 HPU_MODULE = "habana_frameworks.torch.hpu"
@@ -27,7 +27,7 @@ class ForkAfterDeviceInitError(RuntimeError):
 
 
 def process_group_backend() -> str:
-    """The torch.distributed backend of this backend: "hccl" on a Gaudi, "gloo" on the emulated one."""
+    """The torch.distributed backend: "hccl" (on the emulated Gaudi, HCCL's semantics over gloo)."""
     return get_backend().dist_backend
 
 
@@ -43,8 +43,6 @@ def initialize_distributed(world_size: int, rank: int, local_rank: int, local_wo
     `initialize_distributed_hpu` called (it binds the process to its card) before `init_process_group`.
     """
     backend = get_backend()
-    if backend.is_emulated:
-        return backend.dist_backend
     modules = visible_modules()
     if modules and local_world_size is not None and local_world_size > len(modules):
         raise RuntimeError(
@@ -61,7 +59,8 @@ def device_runtime_initialized() -> bool:
     """Whether this process has opened the Gaudi runtime (a forked child could not use it).
 
     Habana's `hpu.is_initialized()` answers when it exists; without it, a loaded Habana bridge counts as open,
-    because we cannot prove otherwise and a fork after it hangs or crashes the workers.
+    because we cannot prove otherwise and a fork after it hangs or crashes the workers. The emulated card can be
+    forked: each forked worker starts with a fresh, empty card.
     """
     backend = get_backend()
     if backend.is_emulated:
@@ -83,25 +82,6 @@ def check_fork_allowed() -> None:
             " `!python train.py`; Lightning then starts one process per card), or restart the kernel and create the"
             " multi-device Trainer before anything touches the HPU."
         )
-
-
-def prepare_forked_worker(local_rank: int) -> None:
-    """In a freshly forked worker: give it its own device, as a separate process on a real machine would have.
-
-    The emulated Gaudi gets a new backend with the parent's settings, so each worker's memory counters describe its
-    own card rather than continuing the notebook's.
-    """
-    backend = get_backend()
-    if not backend.is_emulated:
-        return
-    from hpu_nb.runtime.emulated import EmulatedBackend
-
-    fresh = EmulatedBackend(
-        generation=backend.generation().key,
-        memory_limit=getattr(backend, "memory_limit", None),
-        device_count=backend.device_count() if getattr(backend, "device_count_is_explicit", False) else None,
-    )
-    set_backend(fresh)
 
 
 def deepspeed_environment() -> dict[str, str]:

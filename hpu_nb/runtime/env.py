@@ -11,9 +11,13 @@ FLAGS: dict[str, str] = {
     "HPU_NB_DEVICE": "hpu_nb: gaudi | gaudi2 | gaudi3 (the generation the emulated Gaudi pretends to be)",
     "HPU_NB_DEVICE_COUNT": "hpu_nb: how many emulated cards exist (default 8; devices='auto' uses 1 unless set)",
     "HPU_NB_MEMORY_LIMIT": "hpu_nb: memory Limit of each emulated card, e.g. 512MiB or 2GiB",
-    "PT_HPU_LAZY_MODE": "1 (default) lazy graph mode, mark_step runs the graph; 0 eager / torch.compile",
-    "LOWER_LIST": "file of op names forced to bf16 under autocast (read at process start)",
-    "FP32_LIST": "file of op names kept in fp32 under autocast (read at process start)",
+    "PT_HPU_LAZY_MODE": "0 eager / torch.compile (default since Gaudi software 1.21); 1 lazy graph mode (legacy)",
+    "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": "file of ATen op names that autocast runs in bf16/fp16 (replaces the"
+    " default list; read at process start)",
+    "PT_HPU_AUTOCAST_FP32_OPS_LIST": "file of ATen op names autocast keeps in fp32 (replaces the default list; read at"
+    " process start)",
+    "LOWER_LIST": "old name of PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST (not read by Gaudi software 1.19+)",
+    "FP32_LIST": "old name of PT_HPU_AUTOCAST_FP32_OPS_LIST (not read by Gaudi software 1.19+)",
     "HABANA_VISIBLE_MODULES": "which cards this process may use (multi-tenancy)",
     "PT_HPU_RECIPE_CACHE_CONFIG": "<dir>,<delete:true/false>,<MB>: graph recipe cache",
     "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES": "dynamic-shape handling",
@@ -31,9 +35,24 @@ def flag_values() -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in FLAGS}
 
 
-def lazy_mode_from_env() -> bool:
-    """Lazy mode unless PT_HPU_LAZY_MODE is 0 (as habana_frameworks decides)."""
-    return os.environ.get("PT_HPU_LAZY_MODE", "1").strip() not in ("0", "false", "False")
+LAZY_MODE_ENV = "PT_HPU_LAZY_MODE"
+
+
+def lazy_mode_from_env(default: bool) -> bool:
+    """PT_HPU_LAZY_MODE read as Habana's software reads it: "0" eager, "1" lazy, unset the release's default.
+
+    Anything else is an error naming the variable: Habana's HCCL module does `int(PT_HPU_LAZY_MODE)` and other parts
+    only compare with "0", so "false" or "2" would mean different things in different places on a Gaudi.
+    """
+    value = os.environ.get(LAZY_MODE_ENV)
+    if value is None or not value.strip():
+        return default
+    if value.strip() in ("0", "1"):
+        return value.strip() == "1"
+    raise ValueError(
+        f"{LAZY_MODE_ENV}={value!r} is not a Gaudi execution mode: set 0 (eager with torch.compile, the default since"
+        " Gaudi software 1.21) or 1 (lazy mode, legacy), or unset it."
+    )
 
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,

@@ -15,8 +15,7 @@ import time
 from typing import Any
 
 from hpu_nb.runtime import hlml, hlsmi
-from hpu_nb.runtime.base import MEMORY_STAT_KEYS, DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
-from hpu_nb.runtime.env import lazy_mode_from_env
+from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
 from hpu_nb.runtime.generations import Generation, generation_from_name
 
 log = logging.getLogger(__name__)
@@ -37,8 +36,10 @@ def _import_runtime() -> tuple[Any, Any]:
 
 def probe_gaudi() -> tuple[bool, str]:
     """(found, reason): whether habana_frameworks imports and sees at least one Gaudi. Never raises."""
+    from hpu_nb.runtime.emulated_habana import real_habana_spec
+
     try:
-        if importlib.util.find_spec("habana_frameworks") is None:
+        if real_habana_spec() is None:
             return False, "habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)"
     except (ImportError, ValueError) as err:
         return False, f"habana_frameworks cannot be found ({err})"
@@ -60,16 +61,14 @@ def probe_gaudi() -> tuple[bool, str]:
 
 
 class GaudiBackend(DeviceBackend):
-    """Intel Gaudi through habana_frameworks: lazy or eager mode, HCCL collectives, autocast on `hpu`."""
+    """Intel Gaudi through Habana's habana_frameworks; facts about the machine from habana-pyhlml / hl-smi."""
 
     name = "gaudi"
     is_emulated = False
-    autocast_device_type = "hpu"
-    dist_backend = "hccl"
 
     def __init__(self, facts_timeout: float = hlsmi.DEFAULT_TIMEOUT) -> None:
         try:
-            self._htcore, self._hthpu = _import_runtime()
+            super().__init__(*_import_runtime())
         except Exception as err:
             raise HPUNotAvailableError(
                 f"The Gaudi backend needs habana_frameworks.torch, which does not import here "
@@ -97,37 +96,6 @@ class GaudiBackend(DeviceBackend):
         if self._generation is None:
             self._generation = generation_from_name(self.device_name())
         return self._generation
-
-    def root_device(self, index: int = 0) -> Any:
-        import torch
-
-        return torch.device("hpu") if index == 0 else torch.device("hpu", index)
-
-    # -- memory ----------------------------------------------------------------------------------------------
-    def memory_stats(self, index: int = 0) -> dict[str, int]:
-        """The ten counters from habana_frameworks.torch.hpu.memory_stats(device), as ints."""
-        hpu = getattr(self._hthpu, "hpu", self._hthpu)  # public code calls hthpu.hpu.memory_stats(dev)
-        raw = hpu.memory_stats(self.root_device(index)) or {}
-        missing = [key for key in MEMORY_STAT_KEYS if key not in raw]
-        if missing:
-            log.debug("habana_frameworks memory_stats lacks %s; reporting 0", missing)
-        return {key: int(raw.get(key, 0)) for key in MEMORY_STAT_KEYS}
-
-    def reset_peak_memory_stats(self, index: int = 0) -> None:
-        self._hthpu.reset_peak_memory_stats(self.root_device(index))
-
-    # -- execution -------------------------------------------------------------------------------------------
-    def is_lazy(self) -> bool:
-        is_lazy = getattr(self._htcore, "is_lazy", None)
-        return bool(is_lazy()) if callable(is_lazy) else lazy_mode_from_env()
-
-    def mark_step(self) -> None:
-        """Run the accumulated lazy graph; in eager / torch.compile mode there is no graph to end."""
-        if self.is_lazy():
-            self._htcore.mark_step()
-
-    def synchronize(self) -> None:
-        self._hthpu.synchronize()
 
     # -- Gaudi-only extras -----------------------------------------------------------------------------------
     def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:

@@ -40,7 +40,7 @@ def check_eager_mode() -> None:
 
 
 class HPUFSDPPrecision(FSDPPrecision):
-    """FSDP precision for HPU: autocast on "hpu" (Gaudi) or "cpu" (emulated); fp16 needs Gaudi2 or newer."""
+    """FSDP precision for HPU: autocast on "hpu"; fp16 needs Gaudi2 or newer."""
 
     def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
         unified = _ALIASES.get(str(precision), str(precision))

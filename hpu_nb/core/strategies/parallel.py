@@ -1,13 +1,13 @@
-"""HPUParallelStrategy / HPUDDPStrategy: one process per Gaudi card, DDP over HCCL (gloo on the emulated Gaudi).
+"""HPUParallelStrategy / HPUDDPStrategy: one process per Gaudi card, DDP over HCCL.
 
 `HPUParallelMixin` holds what every multi-card HPU strategy (DDP, DeepSpeed, FSDP) adds to its Lightning base:
 - the process group: HCCL prepared by the runtime (`initialize_distributed_hpu`) before `init_process_group`;
 - HCCL's reduce semantics (sum / min / max, mean = sum / world size), used everywhere so scripts behave alike on
   the emulated Gaudi and on a Gaudi;
 - launching: Lightning's script launcher (`popen`) from a script or under torchrun / SLURM, and a fork launcher in
-  a notebook (the only kind Lightning accepts there) whose workers each drive a fresh emulated card;
-- devices: `parallel_devices=[torch.device("hpu")] * n` means this backend's root device (cpu when emulated), kept
-  out of sight of Lightning's connector check that would otherwise turn a cpu root device into accelerator="cpu".
+  a notebook (the only kind Lightning accepts there); each worker drives its own card (hpu:0 of its process);
+- devices: every process's card is `hpu:0`, so `parallel_devices=[torch.device("hpu")] * n` gives each rank the
+  root device hpu:0.
 """
 
 from __future__ import annotations
@@ -98,28 +98,12 @@ def resolve_start_method(start_method: str | None) -> str:
 
 
 class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
-    """Lightning's fork/spawn launcher, plus: refuse to fork an open Gaudi runtime, and give each worker its own card."""
+    """Lightning's fork/spawn launcher, plus: refuse to fork a Gaudi runtime this process has already opened."""
 
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         if self._start_method in ("fork", "forkserver"):
             hpu_dist.check_fork_allowed()
         return super().launch(function, *args, trainer=trainer, **kwargs)
-
-    def _wrapping_function(self, process_idx: int, *args: Any, **kwargs: Any) -> None:
-        hpu_dist.prepare_forked_worker(process_idx)
-        return super()._wrapping_function(process_idx, *args, **kwargs)
-
-
-def _backend_devices(devices: list[Any] | None) -> list[torch.device] | None:
-    """"hpu" devices mean this backend's root device (cpu on the emulated Gaudi)."""
-    if devices is None:
-        return None
-    root = get_backend().root_device()
-    out = []
-    for device in devices:
-        device = torch.device(device) if not isinstance(device, torch.device) else device
-        out.append(root if device.type == "hpu" else device)
-    return out
 
 
 class HPUParallelMixin:
@@ -129,27 +113,14 @@ class HPUParallelMixin:
 
     # -- devices --------------------------------------------------------------------------------------------------
     @property
-    def parallel_devices(self) -> list[torch.device] | None:
-        return self.__dict__.get("_hpu_devices")
-
-    @parallel_devices.setter
-    def parallel_devices(self, devices: list[Any] | None) -> None:
-        devices = _backend_devices(devices)
-        if "_hpu_requested_devices" not in self.__dict__:  # first call: from __init__
-            # Hidden until the connector assigns devices: a visible cpu root device would make it pick accelerator="cpu".
-            self._hpu_requested_devices = devices
-            self._hpu_devices = None
-            return
-        # The connector assigns the accelerator's devices; a list given to the strategy wins, as in Lightning.
-        self._hpu_devices = self._hpu_requested_devices or devices
-
-    @property
     def root_device(self) -> torch.device:
+        """This process's card: hpu:0 (an `hpu` device without an index is completed, as torch's FSDP needs one)."""
         assert self.parallel_devices is not None, "the strategy has no devices yet (it gets them from the Trainer)"
-        return self.parallel_devices[self.local_rank]  # type: ignore[attr-defined]
+        device = self.parallel_devices[self.local_rank]  # type: ignore[attr-defined]
+        return get_backend().root_device() if device.type == "hpu" else device
 
     def determine_ddp_device_ids(self) -> list[int] | None:
-        return None  # one card per process: the process's own device, as on CPU
+        return None  # one card per process: DDP uses the module's device
 
     # -- process group --------------------------------------------------------------------------------------------
     def _get_process_group_backend(self) -> str:

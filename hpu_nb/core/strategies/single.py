@@ -26,7 +26,7 @@ class SingleHPUStrategy(HPUStepsMixin, SingleDeviceStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
     ) -> None:
-        # "hpu" (what Gaudi users write) means this backend's root device: hpu on a Gaudi, cpu when emulated.
+        # "hpu" (what Gaudi users write) means this process's card, hpu:0.
         if device is None or str(device) == "hpu":
             device = get_backend().root_device()
         super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)

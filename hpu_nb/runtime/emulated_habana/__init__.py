@@ -1,0 +1,64 @@
+"""The emulated `habana_frameworks` surface: what seed-style Gaudi code imports, backed by the emulated hpu device.
+
+`install()` adds a finder at the end of `sys.meta_path`, so `import habana_frameworks.torch.core as htcore` finds
+this package only when no real `habana_frameworks` is installed: it never shadows Habana's software. The same finder
+answers torch's own `import torch.hpu` (what torch does before the first `device="hpu"` tensor), so plain torch code
+works after `import hpu_nb`. The modules model the parts of Habana's API that user code and Lightning integrations
+call (habana_api.md v2); each says that it is emulated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+PACKAGE = "habana_frameworks"
+ROOT = Path(__file__).with_name(PACKAGE)
+HPU_MODULE = "habana_frameworks.torch.hpu"
+
+
+def real_habana_spec() -> Any:
+    """The spec of an installed `habana_frameworks` on sys.path (Habana's, or the test fake), else None."""
+    return importlib.machinery.PathFinder.find_spec(PACKAGE)
+
+
+def is_emulated_module(module: Any) -> bool:
+    """Whether `module` comes from this emulated surface."""
+    return str(getattr(module, "__file__", "") or "").startswith(str(ROOT))
+
+
+class _TorchHpuLoader(importlib.abc.Loader):
+    """`torch.hpu` is the emulated habana_frameworks.torch.hpu module, as on a Gaudi it is Habana's."""
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module(HPU_MODULE)
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+class _EmulatedHabanaFinder(importlib.abc.MetaPathFinder):
+    """Finds the emulated top-level `habana_frameworks` package (its submodules come from its __path__)."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname == PACKAGE:
+            return importlib.util.spec_from_file_location(
+                PACKAGE, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)]
+            )
+        if fullname == "torch.hpu" and real_habana_spec() is None:
+            return importlib.machinery.ModuleSpec(fullname, _TorchHpuLoader())
+        return None
+
+
+_FINDER = _EmulatedHabanaFinder()
+
+
+def install() -> None:
+    """Let `import habana_frameworks` / `import torch.hpu` fall back to the emulated surface (idempotent, cheap)."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)

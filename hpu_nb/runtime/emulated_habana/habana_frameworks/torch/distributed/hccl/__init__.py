@@ -1,0 +1,65 @@
+"""habana_frameworks.torch.distributed.hccl, emulated: the "hccl" process-group backend for `hpu` tensors.
+
+As Habana's module does on import, it registers "hccl" for the hpu device and initialises the distributed
+environment: ranks from a launcher's (or Open MPI's) variables, MASTER_ADDR / MASTER_PORT defaulted to localhost /
+12345 when unset (so jobs sharing a machine must each set their own MASTER_PORT), ID and HLS_MODULE_ID (the card of
+this local rank, from HABANA_VISIBLE_MODULES when set). Collectives run over gloo on the same host memory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import habana_frameworks.torch.hpu  # noqa: F401  (the device first)
+
+from hpu_nb.runtime.hpu_device import hccl as _hccl
+
+__emulated__ = True
+_MPI_NAMES = {"OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
+              "OMPI_COMM_WORLD_RANK": "RANK"}
+
+
+def _environment_from_launcher() -> None:
+    if not all(name in os.environ for name in _MPI_NAMES.values()) and all(name in os.environ for name in _MPI_NAMES):
+        for mpi_name, name in _MPI_NAMES.items():
+            os.environ[name] = os.environ[mpi_name]
+    os.environ.setdefault("MASTER_ADDR", "localhost")
+    os.environ.setdefault("MASTER_PORT", "12345")
+
+
+def _module_id(local_rank: int, world_size: int) -> None:
+    if "HLS_MODULE_ID" in os.environ or local_rank == -1 or world_size == 1:
+        return
+    visible = os.environ.get("HABANA_VISIBLE_MODULES")
+    if visible is not None:
+        modules = visible.split(",")
+        if local_rank >= len(modules):
+            raise AssertionError(
+                f"There are not enough devices available for training: local rank {local_rank} but"
+                f" HABANA_VISIBLE_MODULES={visible!r}. Please verify that HABANA_VISIBLE_MODULES is set correctly."
+            )
+        os.environ["HLS_MODULE_ID"] = modules[local_rank]
+    else:
+        os.environ["HLS_MODULE_ID"] = str(local_rank)
+
+
+def initialize_distributed_hpu(world_size: Optional[int] = None, rank: Optional[int] = None,
+                               local_rank: Optional[int] = None) -> tuple[int, int, int]:
+    """(world_size, rank, local_rank): the arguments when all are given (and exported), else the environment's."""
+    if world_size is not None and rank is not None and local_rank is not None:
+        os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"] = (
+            str(world_size), str(rank), str(local_rank))
+    else:
+        _environment_from_launcher()
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", -1))
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    _module_id(local_rank, world_size)
+    if rank != -1:
+        os.environ["ID"] = str(rank)
+    return world_size, rank, local_rank
+
+
+_hccl.register()
+initialize_distributed_hpu()

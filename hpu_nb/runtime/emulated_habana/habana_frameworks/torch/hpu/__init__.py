@@ -1,0 +1,245 @@
+"""habana_frameworks.torch.hpu, emulated, and therefore `torch.hpu`: the emulated Gaudi card this process drives.
+
+Modelled on Habana's module (device queries, memory counters, RNG, device context); backed by hpu_nb's emulated
+`hpu` device (hpu_nb.runtime.hpu_device). `get_device_name()` answers as a Gaudi would ("GAUDI2"); everything
+hpu_nb shows says that the card is emulated, and so does this module's repr.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from typing import Any, Iterable, Optional, Union
+
+import torch
+
+from hpu_nb.runtime import hpu_device
+
+__emulated__ = True
+_device_t = Union[torch.device, str, int, None]
+_initialized = False
+_init_lock = threading.Lock()
+
+
+class _EmulatedModule(types.ModuleType):
+    def __repr__(self) -> str:
+        config = hpu_device.card_config()
+        return f"<module {self.__name__!r} (emulated by hpu_nb: {config.generation.device_name} on the CPU)>"
+
+
+# -- the device ----------------------------------------------------------------------------------------------------
+def init() -> None:
+    _lazy_init()
+
+
+def _lazy_init() -> None:
+    """Acquire this process's card (on the emulated Gaudi: load the device); torch calls it before the first tensor."""
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if _initialized:
+            return
+        hpu_device.load()
+        # As Habana does: activation checkpointing keeps hpu RNG state, not CUDA's.
+        from torch.utils.checkpoint import DefaultDeviceType
+
+        DefaultDeviceType.set_device_type("hpu")
+        _initialized = True
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def is_available() -> bool:
+    return True
+
+
+def device_count() -> int:
+    """Cards on this (emulated) machine; reading it acquires no card."""
+    return hpu_device.card_config().device_count
+
+
+def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
+    if device is None:
+        if not optional:
+            raise ValueError("Expected a torch.device with a specified index or an integer, but got: None")
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type == "cpu" and allow_cpu:
+        return -1
+    if device.type != "hpu":
+        raise ValueError(f"Expected a hpu device, but got: {device}")
+    return current_device() if device.index is None else device.index
+
+
+def _check(device: _device_t) -> int:
+    index = _get_device_index(device, optional=True)
+    if index != 0:
+        raise AssertionError(f"Invalid device id {index}: this process drives one HPU, hpu:0 (as on a Gaudi).")
+    return index
+
+
+def get_device_name(device: _device_t = None) -> str:
+    _lazy_init()
+    _check(device)
+    return hpu_device.card_config().generation.device_name
+
+
+def get_device_capability(device: _device_t = None) -> str:
+    return get_device_name(device)
+
+
+def get_device_properties(device: _device_t = None) -> str:
+    config = hpu_device.card_config()
+    return (f"(sramBaseAddress=0, dramBaseAddress=0, sramSize=0, dramSize={config.memory_limit}, tpcEnabledMask=0,"
+            f" dramEnabled=1, fd=0, device_id=0, device_type={config.generation.device_name} (emulated))")
+
+
+def current_device() -> int:
+    _lazy_init()
+    return 0
+
+
+def set_device(device: _device_t) -> None:
+    _lazy_init()
+    _check(device)
+
+
+def synchronize(device: _device_t = None) -> None:
+    """Everything runs eagerly on the CPU: there is nothing in flight to wait for."""
+    _lazy_init()
+
+
+def is_bf16_supported() -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    gen = hpu_device.card_config().generation
+    return [torch.bfloat16, torch.float16] if gen.supports_fp16 else [torch.bfloat16]
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+class device:
+    """Context manager that makes `device` current (there is one card per process: hpu:0)."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = -1 if device is None else _get_device_index(device, optional=True)
+
+    def __enter__(self) -> None:
+        if self.idx >= 0:
+            set_device(self.idx)
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+class device_of(device):
+    def __init__(self, obj: torch.Tensor) -> None:
+        super().__init__(obj.get_device() if obj.device.type == "hpu" else None)
+
+
+# -- memory ------------------------------------------------------------------------------------------------------
+def memory_stats(device: _device_t = None) -> dict[str, int]:
+    """Gaudi's ten counters (Limit, InUse, MaxInUse, NumAllocs, ...), exact to the byte."""
+    _lazy_init()
+    _check(device)
+    return hpu_device.memory_stats()
+
+
+def memory_allocated(device: _device_t = None) -> int:
+    return memory_stats(device)["InUse"]
+
+
+def max_memory_allocated(device: _device_t = None) -> int:
+    return memory_stats(device)["MaxInUse"]
+
+
+def memory_reserved(device: _device_t = None) -> int:
+    return memory_stats(device)["Limit"]
+
+
+def max_memory_reserved(device: _device_t = None) -> int:
+    return memory_stats(device)["Limit"]
+
+
+def reset_peak_memory_stats(device: _device_t = None) -> None:
+    _lazy_init()
+    _check(device)
+    hpu_device.reset_peak_memory_stats()
+
+
+def mem_get_info(device: _device_t = None) -> tuple[int, int]:
+    """(free, total) bytes of the card."""
+    stats = memory_stats(device)
+    return stats["Limit"] - stats["InUse"], stats["Limit"]
+
+
+def memory_summary(device: _device_t = None) -> str:
+    stats = memory_stats(device)
+    config = hpu_device.card_config()
+    lines = [f"HPU memory summary, device 0 ({config.label})"]
+    lines += [f"  {key}: {value}" for key, value in stats.items()]
+    return "\n".join(lines)
+
+
+# -- random numbers: kernels run on the CPU and draw from its generator ----------------------------------------------
+def get_rng_state(device: _device_t = "hpu") -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: _device_t = "hpu") -> None:
+    torch.set_rng_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    for state in new_states:
+        set_rng_state(state)
+
+
+def manual_seed(seed: int) -> torch.Generator:
+    return torch.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+
+
+def seed() -> int:
+    return torch.seed()
+
+
+def seed_all() -> None:
+    torch.seed()
+
+
+def initial_seed() -> int:
+    return torch.initial_seed()
+
+
+def _register_as_torch_hpu(module: Any) -> None:
+    """`torch.hpu` is this module, as on a Gaudi where it is Habana's (replacing an earlier import of it)."""
+    current = getattr(torch, "hpu", None)
+    if current is module:
+        return
+    if current is not None:
+        delattr(torch, "hpu")
+    torch._register_device_module("hpu", module)
+
+
+hpu = sys.modules[__name__]  # habana_frameworks.torch.hpu.hpu, as in Habana's package
+sys.modules[__name__].__class__ = _EmulatedModule
+_register_as_torch_hpu(sys.modules[__name__])
+hpu_device.load()

@@ -1,0 +1,179 @@
+"""The emulated Gaudi's `hpu` device: `torch.device("hpu")` made usable on the CPU.
+
+`load()` builds (once, cached) and loads `hpu_device.cpp`, which gives torch's built-in `hpu` device type a device
+guard, a counting allocator, kernels (every op runs its CPU kernel on the same host memory) and autocast with
+Habana's op lists. Tensors on it are real `hpu` tensors: `x.device.type == "hpu"`, autograd, optimizers,
+`torch.save` / `torch.load(map_location="hpu")` and `torch.autocast("hpu")` work as on a Gaudi, and the card's
+memory counters are exact to the byte. One card per process (`hpu:0`), as on a Gaudi; a forked process gets a fresh,
+empty card.
+
+The `torch.hpu` module itself is the emulated `habana_frameworks.torch.hpu` (hpu_nb.runtime.emulated_habana), as on a
+Gaudi, where `torch.hpu` is Habana's module.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+from hpu_nb.runtime.env import parse_size
+from hpu_nb.runtime.generations import GENERATIONS, Generation
+
+__all__ = [
+    "CardConfig",
+    "DeviceConflictError",
+    "MAX_DEVICE_COUNT",
+    "card_config",
+    "config_from_environment",
+    "configure",
+    "fresh_card",
+    "is_loaded",
+    "load",
+    "memory_stats",
+    "reset_peak_memory_stats",
+]
+
+DEFAULT_GENERATION = "gaudi2"
+DEFAULT_DEVICE_COUNT = 8  # an HLS box: what hl-smi would list
+MAX_DEVICE_COUNT = 64  # emulated cards on one machine; a Gaudi server has 8
+MEMORY_STAT_KEYS = (
+    "Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs", "MaxAllocSize",
+    "TotalSystemAllocs", "TotalSystemFrees", "TotalActiveAllocs",
+)
+
+
+class DeviceConflictError(RuntimeError):
+    """Another `hpu` device (Habana's own software) is loaded in this process: the emulated one cannot be."""
+
+
+@dataclass(frozen=True)
+class CardConfig:
+    """What the emulated Gaudi is: its generation, each card's memory Limit, and how many cards the machine has."""
+
+    generation: Generation
+    memory_limit: int
+    device_count: int = DEFAULT_DEVICE_COUNT
+    device_count_is_explicit: bool = False  # HPU_NB_DEVICE_COUNT was set (devices="auto" uses 1 card otherwise)
+
+    @property
+    def label(self) -> str:
+        return f"emulated {self.generation.device_name}"
+
+
+def config_from_environment(
+    generation: str | None = None,
+    memory_limit: int | str | None = None,
+    device_count: int | str | None = None,
+) -> CardConfig:
+    """The card described by the arguments, else by HPU_NB_DEVICE / HPU_NB_MEMORY_LIMIT / HPU_NB_DEVICE_COUNT."""
+    key = (generation or os.environ.get("HPU_NB_DEVICE") or DEFAULT_GENERATION).strip().lower()
+    if key not in GENERATIONS:
+        raise ValueError(f"HPU_NB_DEVICE={key!r} is not an emulated generation; choose one of: {', '.join(GENERATIONS)}.")
+    gen = GENERATIONS[key]
+    limit_text = memory_limit if memory_limit is not None else os.environ.get("HPU_NB_MEMORY_LIMIT")
+    if limit_text is None:
+        limit = gen.hbm_bytes
+    else:
+        try:
+            limit = limit_text if isinstance(limit_text, int) else parse_size(limit_text)
+        except ValueError as err:
+            raise ValueError(f"HPU_NB_MEMORY_LIMIT: {err}") from None
+        if limit <= 0 or limit > gen.hbm_bytes:
+            raise ValueError(
+                f"HPU_NB_MEMORY_LIMIT={limit_text!r} ({limit} bytes) is not between 1 byte and the {gen.device_name}'s"
+                f" {gen.hbm_bytes >> 30} GiB of HBM: a card cannot hold more than it has."
+            )
+    count_text = device_count if device_count is not None else os.environ.get("HPU_NB_DEVICE_COUNT")
+    try:
+        count = int(count_text) if count_text is not None else DEFAULT_DEVICE_COUNT
+    except ValueError:
+        raise ValueError(f"HPU_NB_DEVICE_COUNT must be a whole number, got {count_text!r}.") from None
+    if not 1 <= count <= MAX_DEVICE_COUNT:
+        raise ValueError(
+            f"HPU_NB_DEVICE_COUNT={count_text!r}: the emulated machine has between 1 and {MAX_DEVICE_COUNT} cards"
+            " (a Gaudi server has 8)."
+        )
+    return CardConfig(gen, limit, count, device_count_is_explicit=count_text is not None)
+
+
+_lock = threading.RLock()
+_library: str | None = None
+_config: CardConfig | None = None
+
+
+def is_loaded() -> bool:
+    return _library is not None
+
+
+def card_config() -> CardConfig:
+    """The emulated card in force (loading the device with the environment's settings if needed)."""
+    return _config if _config is not None else load()
+
+
+def load(config: CardConfig | None = None) -> CardConfig:
+    """Make `hpu` usable here (idempotent); with `config`, (re)configure the card. Returns the card in force."""
+    global _library, _config
+    with _lock:
+        if _library is None:
+            _library = _load_library()
+        if config is not None or _config is None:
+            configure(config or config_from_environment())
+        assert _config is not None
+        return _config
+
+
+def configure(config: CardConfig) -> None:
+    """Set the card's Limit and name (what a different emulated machine would have); counters are kept."""
+    global _config
+    import torch
+
+    with _lock:
+        if _library is None:
+            load(config)
+            return
+        torch.ops.hpu_emu.configure(int(config.memory_limit), config.label)
+        _config = config
+
+
+def memory_stats() -> dict[str, int]:
+    """The card's ten Gaudi memory counters, exact to the byte."""
+    import torch
+
+    return dict(zip(MEMORY_STAT_KEYS, torch.ops.hpu_emu.memory_stats()))
+
+
+def reset_peak_memory_stats() -> None:
+    import torch
+
+    torch.ops.hpu_emu.reset_peak_memory_stats()
+
+
+def fresh_card() -> None:
+    """Start an empty card, as a forked process gets: counters at zero, earlier tensors no longer counted."""
+    import torch
+
+    load()
+    torch.ops.hpu_emu.fresh_card()
+
+
+def _load_library() -> str:
+    import torch
+
+    from hpu_nb.runtime.hpu_device import autocast, build, hccl
+
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "HPU"):
+        raise DeviceConflictError(
+            "The `hpu` device is already provided in this process (by Habana's own software, habana_frameworks), so"
+            " the emulated Gaudi cannot run here. Unset HPU_NB_BACKEND=emulated to use the Gaudi, or start Python"
+            " with PT_HPU_AUTOLOAD=0 and without importing habana_frameworks to use the emulation."
+        )
+    path = str(build.build())
+    torch.ops.load_library(path)
+    autocast.register(autocast.lists_from_environment())
+    hccl.register()
+    # The emulated card computes on the CPU: run backward on the calling thread, as the CPU does, rather than
+    # handing every backward pass to a device thread (which costs more than a small model's whole backward).
+    torch._C._set_multithreading_enabled(False)
+    os.register_at_fork(after_in_child=torch.ops.hpu_emu.fresh_card)
+    return path

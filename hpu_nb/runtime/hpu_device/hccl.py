@@ -1,0 +1,158 @@
+"""The emulated Gaudi's "hccl" process-group backend: HCCL's collectives on `hpu` tensors, carried out by gloo.
+
+Like Habana's HCCL it is registered for the `hpu` device only and refuses host tensors ("move them to the device
+first"), reduces with sum / min / max natively and mean as sum / world size. gloo works on CPU aliases of the same
+host memory, so results land in the hpu tensors with no copy.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Iterable
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ProcessGroup, ReduceOp
+
+BACKEND_NAME = "hccl"
+_NATIVE_OPS = {ReduceOp.SUM: "sum", ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
+
+
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.device.type != "hpu":
+        raise RuntimeError(
+            f"HCCL collectives take hpu tensors, got one on {tensor.device}: move it to the device first "
+            "(tensor.to('hpu')), as on a Gaudi."
+        )
+    return torch.ops.hpu_emu.host_alias(tensor)
+
+
+def _hosts(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    return [_host(t) for t in tensors]
+
+
+def _reduce_op(op: Any) -> tuple[Any, bool]:
+    """(gloo op, divide by world size afterwards)."""
+    if op == ReduceOp.AVG:
+        return ReduceOp.SUM, True
+    for native in _NATIVE_OPS:
+        if op == native:
+            return native, False
+    raise ValueError(f"HCCL reduces with sum, min, max or avg (= sum / world size), not {op}.")
+
+
+class EmulatedHCCL(ProcessGroup):
+    """A process group that behaves like Habana's HCCL for `hpu` tensors, over an inner gloo group."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        return BACKEND_NAME
+
+    @property
+    def _device_types(self) -> list[torch.device]:
+        return [torch.device("hpu")]
+
+    def _averaged(self, work: Any, tensors: list[torch.Tensor]) -> Any:
+        size = self.size()
+
+        def divide(fut: Any) -> Any:
+            for tensor in tensors:
+                tensor.div_(size)
+            return fut.value()
+
+        return torch._C._distributed_c10d._create_work_from_future(work.get_future().then(divide))
+
+    def _reduce_options(self, opts: Any, cls: type) -> tuple[Any, bool]:
+        op, average = _reduce_op(opts.reduceOp)
+        inner = cls()
+        inner.reduceOp = op
+        inner.timeout = opts.timeout
+        for field in ("rootRank", "rootTensor"):
+            if hasattr(opts, field):
+                setattr(inner, field, getattr(opts, field))
+        return inner, average
+
+    # -- collectives ----------------------------------------------------------------------------------------------
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts, average = self._reduce_options(opts or dist.AllreduceOptions(), dist.AllreduceOptions)
+        hosts = _hosts(tensors)
+        work = self._gloo.allreduce(hosts, opts)
+        return self._averaged(work, hosts) if average else work
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts, average = self._reduce_options(opts or dist.AllreduceCoalescedOptions(), dist.AllreduceCoalescedOptions)
+        hosts = _hosts(tensors)
+        work = self._gloo.allreduce_coalesced(hosts, opts)
+        return self._averaged(work, hosts) if average else work
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts, average = self._reduce_options(opts or dist.ReduceOptions(), dist.ReduceOptions)
+        hosts = _hosts(tensors)
+        work = self._gloo.reduce(hosts, opts)
+        return self._averaged(work, hosts if self.rank() == opts.rootRank else []) if average else work
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        return self._gloo.broadcast(_hosts(tensors), opts or dist.BroadcastOptions())
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+                  opts: Any = None) -> Any:
+        outputs = [_hosts(group) for group in output_tensors]
+        return self._gloo.allgather(outputs, _hosts(input_tensors), opts or dist.AllgatherOptions())
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+        return self._gloo._allgather_base(_host(output), _host(input), opts or dist.AllgatherOptions())
+
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> Any:
+        return self._gloo.allgather_into_tensor_coalesced(_hosts(outputs), _hosts(inputs),
+                                                          opts or dist.AllgatherOptions())
+
+    def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                       opts: Any = None) -> Any:
+        opts, average = self._reduce_options(opts or dist.ReduceScatterOptions(), dist.ReduceScatterOptions)
+        outputs = _hosts(output_tensors)
+        work = self._gloo.reduce_scatter(outputs, [_hosts(group) for group in input_tensors], opts)
+        return self._averaged(work, outputs) if average else work
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+        opts, average = self._reduce_options(opts or dist.ReduceScatterOptions(), dist.ReduceScatterOptions)
+        host_output = _host(output)
+        work = self._gloo._reduce_scatter_base(host_output, _host(input), opts)
+        return self._averaged(work, [host_output]) if average else work
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],  # noqa: A002
+                      input_split_sizes: list[int], opts: Any = None) -> Any:
+        return self._gloo.alltoall_base(_host(output), _host(input), output_split_sizes, input_split_sizes,
+                                        opts or dist.AllToAllOptions())
+
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+               opts: Any = None) -> Any:
+        outputs = [_hosts(group) for group in output_tensors]
+        return self._gloo.gather(outputs, _hosts(input_tensors), opts or dist.GatherOptions())
+
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                opts: Any = None) -> Any:
+        inputs = [_hosts(group) for group in input_tensors]
+        return self._gloo.scatter(_hosts(output_tensors), inputs, opts or dist.ScatterOptions())
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Any:
+        return self._gloo.send(_hosts(tensors), dst, tag)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Any:
+        return self._gloo.recv(_hosts(tensors), src, tag)
+
+    def barrier(self, opts: Any = None) -> Any:
+        return self._gloo.barrier(opts or dist.BarrierOptions())
+
+
+def _create(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedHCCL:
+    return EmulatedHCCL(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Make `init_process_group("hccl")` use the emulated HCCL, for the `hpu` device (registering again is harmless)."""
+    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["hpu"])
+    dist.Backend.default_device_backend_map["hpu"] = BACKEND_NAME

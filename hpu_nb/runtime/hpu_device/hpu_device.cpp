@@ -1,0 +1,743 @@
+// The emulated Gaudi's `hpu` device for stock (CPU) PyTorch.
+//
+// torch knows `hpu` as a device type and has HPU / AutogradHPU / AutocastHPU dispatch keys, but ships no
+// device guard, no allocator and no kernels for it. This library supplies them, so that code written for a
+// Gaudi (`x.to("hpu")`, `torch.zeros(..., device="hpu")`, `torch.autocast("hpu")`) runs unchanged on the CPU:
+//
+// * a device guard and hooks for HPU (one card per process, as on a Gaudi: always `hpu:0`);
+// * a counting allocator: every hpu storage is counted when allocated and uncounted when freed, exact to the
+//   byte, with Gaudi's ten memory counters and a Gaudi-style out-of-memory error over the limit;
+// * kernels at the HPU key: allocation, copies between host and device, metadata ops, views; every other op
+//   goes through one boxed fallback that runs the CPU kernel on CPU *aliases* of the same host memory (no copy)
+//   and hands the results back as hpu tensors (fresh outputs adopt the CPU kernel's buffer, views keep
+//   pointing at the hpu storage);
+// * autocast at the AutocastHPU key with Habana's casting policies (lower precision, fp32, promote, lower the
+//   first argument), for the op names the Python side registers from Habana's lists or the user's list files.
+//
+// Behaviour modelled on Habana's bridge (autocast policies, the PT_DEVMEM out-of-memory text) and on torch's own
+// open-registration example for out-of-tree devices; the code is ours.
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/HPUHooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace hpu_nb {
+namespace {
+
+constexpr c10::DeviceType kHPU = c10::DeviceType::HPU;
+const c10::Device kDevice(kHPU, 0);
+
+// ----------------------------------------------------------------------------------------------------------------
+// Memory: Gaudi's counters, measured.
+// ----------------------------------------------------------------------------------------------------------------
+struct Memory {
+  std::mutex mu;
+  int64_t limit = int64_t(96) << 30;
+  int64_t in_use = 0;
+  int64_t max_in_use = 0;
+  int64_t num_allocs = 0;
+  int64_t num_frees = 0;
+  int64_t max_alloc_size = 0;
+  int64_t card = 0;  // bumped when a forked process gets a fresh card: blocks of the parent's card are not ours
+  std::string label = "emulated Gaudi";
+
+  // Counts an allocation of n bytes on the card; returns the card it was counted on.
+  int64_t charge(int64_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (in_use + n > limit) {
+      std::ostringstream msg;
+      // The Gaudi runtime reports an out-of-memory card as "MODULE:PT_DEVMEM Allocation failed for size::<n> (<m>)MB".
+      msg << "[" << label << "] MODULE:PT_DEVMEM Allocation failed for size::" << n << " ("
+          << static_cast<double>(n) / (1024 * 1024.) << ")MB; InUse " << in_use << " of Limit " << limit
+          << " bytes. HPU out of memory.";
+      TORCH_CHECK_WITH(OutOfMemoryError, false, msg.str());
+    }
+    in_use += n;
+    num_allocs += 1;
+    max_in_use = std::max(max_in_use, in_use);
+    max_alloc_size = std::max(max_alloc_size, n);
+    return card;
+  }
+
+  void release(int64_t n, int64_t on_card) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (on_card != card) return;
+    in_use -= n;
+    num_frees += 1;
+  }
+
+  void fresh_card() {
+    std::lock_guard<std::mutex> lock(mu);
+    card += 1;
+    in_use = max_in_use = num_allocs = num_frees = max_alloc_size = 0;
+  }
+};
+
+Memory& memory() {
+  static Memory* m = new Memory();  // never destroyed: tensors freed at interpreter exit still uncount
+  return *m;
+}
+
+// Device memory is host memory behind a header that remembers its size and card, so the deleter can uncount it.
+constexpr size_t kHeader = 64;  // keeps the payload 64-byte aligned
+
+void free_device_block(void* ctx) {
+  auto* header = static_cast<int64_t*>(ctx);
+  memory().release(header[0], header[1]);
+  c10::free_cpu(ctx);
+}
+
+struct HPUAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    if (n == 0) {
+      return {nullptr, kDevice};
+    }
+    const int64_t card = memory().charge(static_cast<int64_t>(n));
+    void* block = nullptr;
+    try {
+      block = c10::alloc_cpu(n + kHeader);
+    } catch (...) {
+      memory().release(static_cast<int64_t>(n), card);
+      throw;
+    }
+    static_cast<int64_t*>(block)[0] = static_cast<int64_t>(n);
+    static_cast<int64_t*>(block)[1] = card;
+    return {static_cast<char*>(block) + kHeader, block, &free_device_block, kDevice};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return nullptr;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+HPUAllocator g_allocator;
+REGISTER_ALLOCATOR(kHPU, &g_allocator);
+
+// A buffer a CPU kernel allocated for its output, adopted as device memory (counted until it is freed).
+struct AdoptedBlock {
+  c10::DataPtr cpu;
+  int64_t nbytes;
+  int64_t card;
+};
+
+void free_adopted_block(void* ctx) {
+  auto* block = static_cast<AdoptedBlock*>(ctx);
+  memory().release(block->nbytes, block->card);
+  delete block;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// Device guard and hooks: one card per process, as on a Gaudi.
+// ----------------------------------------------------------------------------------------------------------------
+std::atomic<int> g_device_count{1};
+
+void check_index(c10::DeviceIndex index) {
+  TORCH_CHECK(
+      index <= 0,
+      "hpu:", static_cast<int>(index),
+      " is not this process's card: a process drives one HPU, hpu:0 (as on a Gaudi, where each rank acquires its own"
+      " card). Use torch.device('hpu').");
+}
+
+struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override {
+    return kHPU;
+  }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    check_index(d.index());
+    return kDevice;
+  }
+  c10::Device getDevice() const override {
+    return kDevice;
+  }
+  void setDevice(c10::Device d) const override {
+    check_index(d.index());
+  }
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, kDevice);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, kDevice);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return c10::Stream(c10::Stream::DEFAULT, kDevice);
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return 1;  // this process's card; torch.hpu.device_count() reports the machine's cards
+  }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override {
+    return true;  // the emulation computes eagerly on the CPU: everything recorded is already done
+  }
+  bool queryStream(const c10::Stream&) const override {
+    return true;
+  }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl);
+
+struct HPUHooks final : at::HPUHooksInterface {
+  HPUHooks(at::HPUHooksArgs) {}
+  void init() const override {}
+  bool isBuilt() const override {
+    return true;
+  }
+  bool isAvailable() const override {
+    return true;
+  }
+  bool hasHPU() const override {
+    return true;
+  }
+  c10::DeviceIndex deviceCount() const override {
+    return 1;
+  }
+  c10::DeviceIndex getCurrentDevice() const override {
+    return 0;
+  }
+  void setCurrentDevice(c10::DeviceIndex device) const override {
+    check_index(device);
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    check_index(device);
+    return 0;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
+    return 0;
+  }
+  // Kernels run on the CPU, so they draw from the CPU generator: torch.manual_seed seeds the emulated card too.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex) const override {
+    return at::detail::createCPUGenerator();
+  }
+  c10::Device getDeviceFromPtr(void*) const override {
+    return kDevice;
+  }
+  bool isPinnedPtr(const void*) const override {
+    return false;
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    return c10::GetCPUAllocator();  // host memory is host memory: pinning is a no-op on the emulated card
+  }
+  bool hasPrimaryContext(c10::DeviceIndex) const override {
+    return true;
+  }
+};
+
+
+// ----------------------------------------------------------------------------------------------------------------
+// Tensors: hpu <-> cpu alias
+// ----------------------------------------------------------------------------------------------------------------
+const c10::DispatchKeySet kHPUKeys(c10::DispatchKey::HPU);
+const c10::DispatchKeySet kCPUKeys(c10::DispatchKey::CPU);
+
+void check_strided(const at::Tensor& t) {
+  TORCH_CHECK(
+      t.layout() == c10::kStrided, "the emulated hpu device holds strided (dense) tensors only, got ", t.layout());
+}
+
+// Holds a reference to the hpu storage while a CPU alias of it lives.
+void release_storage_ref(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+// A CPU storage over the bytes of an hpu storage: no copy. Resizable through the device allocator, so a CPU
+// kernel that resizes its `out=` tensor gets device memory (handed back to the hpu tensor afterwards).
+c10::Storage cpu_alias_storage(const c10::Storage& hpu) {
+  c10::StorageImpl* impl = hpu.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(impl);
+  c10::DataPtr ptr(impl->mutable_data(), impl, &release_storage_ref, c10::Device(c10::kCPU));
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), impl->nbytes(), std::move(ptr), &g_allocator, /*resizable=*/true));
+}
+
+at::Tensor tensor_on(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys, like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) impl->_set_conj(true);
+  if (like.is_neg()) impl->_set_neg(true);
+  return at::Tensor(std::move(impl));
+}
+
+// A view on `hpu_storage` with the metadata of `like` (a CPU kernel's view of an alias).
+at::Tensor hpu_view(const c10::Storage& hpu_storage, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(hpu_storage), kHPUKeys, like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) impl->_set_conj(true);
+  if (like.is_neg()) impl->_set_neg(true);
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor cpu_alias(const at::Tensor& hpu) {
+  check_strided(hpu);
+  return tensor_on(cpu_alias_storage(hpu.storage()), kCPUKeys, hpu);
+}
+
+// A fresh CPU buffer becomes device memory: the buffer is adopted (no copy) when nothing else holds it.
+c10::Storage adopt_as_device_storage(const c10::Storage& cpu) {
+  c10::StorageImpl* impl = cpu.unsafeGetStorageImpl();
+  auto nbytes = static_cast<int64_t>(impl->nbytes());
+  c10::DataPtr ptr;
+  if (c10::raw::intrusive_ptr::use_count(impl) == 1 && impl->resizable()) {
+    const int64_t card = memory().charge(nbytes);
+    void* data = impl->mutable_data();
+    auto* block = new AdoptedBlock{impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), nbytes, card};
+    ptr = c10::DataPtr(data, block, &free_adopted_block, kDevice);
+  } else {
+    ptr = g_allocator.allocate(static_cast<size_t>(nbytes));
+    if (nbytes) std::memcpy(ptr.get(), impl->data(), static_cast<size_t>(nbytes));
+  }
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, std::move(ptr), &g_allocator, /*resizable=*/true));
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// The boxed fallback: CPU kernels on aliases.
+// ----------------------------------------------------------------------------------------------------------------
+struct Aliased {
+  at::Tensor hpu;
+  at::Tensor cpu;
+  c10::StorageImpl* cpu_storage;  // the alias's storage as created (a CPU kernel may swap or resize it)
+  const void* data;               // the alias's data as created
+};
+
+struct CallState {
+  c10::SmallVector<Aliased, 8> aliased;
+  c10::SmallVector<c10::StorageImpl*, 4> host_storages;  // storages of CPU tensors passed in (stay on the CPU)
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> adopted;
+  bool any_hpu = false;
+  const at::Tensor* host_tensor = nullptr;  // a CPU tensor with dims, for the device-mismatch error
+
+  at::Tensor to_cpu(const at::Tensor& t) {
+    if (!t.defined()) return t;
+    if (t.device().type() == kHPU) {
+      any_hpu = true;
+      for (auto& a : aliased) {
+        if (a.hpu.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return a.cpu;
+      }
+      at::Tensor alias = cpu_alias(t);
+      aliased.push_back({t, alias, alias.storage().unsafeGetStorageImpl(), alias.storage().data()});
+      return alias;
+    }
+    if (t.device().type() == c10::kCPU) {
+      if (t.dim() > 0 && host_tensor == nullptr) host_tensor = &t;
+      if (t.has_storage()) host_storages.push_back(t.storage().unsafeGetStorageImpl());
+    }
+    return t;
+  }
+
+  // After the CPU kernel: an alias whose metadata or storage the kernel changed passes it on to its hpu tensor.
+  void sync_aliases() {
+    for (auto& a : aliased) {
+      c10::TensorImpl* hpu = a.hpu.unsafeGetTensorImpl();
+      c10::StorageImpl* now = a.cpu.storage().unsafeGetStorageImpl();
+      if (now != a.cpu_storage) {  // set_ to another storage: must be one of ours
+        hpu->set_storage_keep_dtype(hpu_storage_for(now, a.cpu));
+      } else if (now->data() != a.data) {  // resized through the device allocator
+        c10::StorageImpl* target = a.hpu.storage().unsafeGetStorageImpl();
+        auto nbytes = now->nbytes();
+        target->set_data_ptr_noswap(now->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))));
+        target->set_nbytes(nbytes);
+        a.data = nullptr;
+      }
+      if (!(a.cpu.sizes().equals(a.hpu.sizes()) && a.cpu.strides().equals(a.hpu.strides()) &&
+            a.cpu.storage_offset() == a.hpu.storage_offset())) {
+        hpu->set_sizes_and_strides(a.cpu.sizes(), a.cpu.strides(), a.cpu.storage_offset());
+      }
+    }
+  }
+
+  c10::Storage hpu_storage_for(c10::StorageImpl* cpu_storage, const at::Tensor& holder) {
+    for (auto& a : aliased) {
+      if (a.cpu_storage == cpu_storage) return a.hpu.storage();
+    }
+    for (auto& p : adopted) {
+      if (p.first == cpu_storage) return p.second;
+    }
+    c10::Storage device = adopt_as_device_storage(holder.storage());
+    adopted.emplace_back(cpu_storage, device);
+    return device;
+  }
+
+  at::Tensor to_hpu(const at::Tensor& out) {
+    if (!out.defined() || out.device().type() != c10::kCPU) return out;
+    for (auto& a : aliased) {
+      if (a.cpu.unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) return a.hpu;  // in place / out=
+    }
+    check_strided(out);
+    c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
+    for (auto* host : host_storages) {
+      if (host == storage) return out;  // a host tensor handed back: it stays on the host
+    }
+    for (auto& a : aliased) {
+      if (a.cpu_storage == storage) return hpu_view(a.hpu.storage(), out);
+    }
+    return tensor_on(hpu_storage_for(storage, out), kHPUKeys, out);
+  }
+};
+
+c10::IValue map_ivalue(const c10::IValue& v, CallState& s, bool to_cpu) {
+  auto map = [&](const at::Tensor& t) { return to_cpu ? s.to_cpu(t) : s.to_hpu(t); };
+  if (v.isTensor()) {
+    return map(v.toTensor());
+  }
+  if (v.isTensorList()) {
+    auto list = v.toTensorList();
+    c10::List<at::Tensor> mapped;
+    mapped.reserve(list.size());
+    for (const at::Tensor& t : list) mapped.push_back(map(t));
+    return mapped;
+  }
+  if (v.isOptionalTensorList()) {
+    auto list = v.toOptionalTensorList();
+    c10::List<std::optional<at::Tensor>> mapped;
+    mapped.reserve(list.size());
+    for (const std::optional<at::Tensor>& t : list) {
+      mapped.push_back(t.has_value() ? std::optional<at::Tensor>(map(*t)) : std::nullopt);
+    }
+    return mapped;
+  }
+  if (to_cpu && v.isDevice() && v.toDevice().type() == kHPU) {
+    check_index(v.toDevice().index());
+    return c10::Device(c10::kCPU);
+  }
+  return v;
+}
+
+// Ops that take host tensors beside device tensors on a real device (indices may stay on the host).
+bool accepts_host_tensors(const c10::OperatorName& name) {
+  const std::string& n = name.name;
+  return n == "aten::index" || n == "aten::index_put_" || n == "aten::_index_put_impl_" || n == "aten::index_put";
+}
+
+void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto num_args = schema.arguments().size();
+  const auto first = stack->size() - num_args;
+  CallState state;
+  for (size_t i = first; i < stack->size(); ++i) {
+    (*stack)[i] = map_ivalue((*stack)[i], state, /*to_cpu=*/true);
+  }
+  if (state.any_hpu && state.host_tensor != nullptr && !accepts_host_tensors(schema.operator_name())) {
+    TORCH_CHECK(
+        false, "Expected all tensors to be on the same device, but found at least two devices, hpu:0 and cpu! (in ",
+        schema.operator_name(), ")");
+  }
+  op.redispatchBoxed(kCPUKeys, stack);
+  state.sync_aliases();
+  const auto num_returns = schema.returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    (*stack)[i] = map_ivalue((*stack)[i], state, /*to_cpu=*/false);
+  }
+}
+
+// Structured ops have a CPU kernel and a composite kernel that other backends get by default (an `out=` call
+// after an empty()); the composite costs a second dispatch and warns about resized outputs. Where torch has a CPU
+// kernel, the hpu device takes it: the fallback is registered for those ops directly, so hpu runs what the CPU runs.
+bool has_dedicated_kernel(const std::string& name);
+
+// Composite ops that pick an implementation by device type and have none for other backends (convolution calls
+// `convolution_overrideable` off CPU/CUDA): the hpu device runs them as the CPU does.
+bool chooses_by_device(const std::string& name) {
+  return name == "aten::convolution" || name == "aten::_convolution" || name == "aten::convolution_backward";
+}
+
+std::unique_ptr<torch::Library> register_cpu_kernel_ops() {
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0 || has_dedicated_kernel(name.name)) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op) continue;
+    if (!chooses_by_device(name.name) && !op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+    if (!chooses_by_device(name.name) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    const std::string qualified =
+        name.overload_name.empty() ? name.name.substr(6) : name.name.substr(6) + "." + name.overload_name;
+    lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&hpu_fallback>());
+  }
+  return lib;
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// Kernels at the HPU key that cannot go through the fallback (allocation, copies, metadata) or are views.
+// ----------------------------------------------------------------------------------------------------------------
+at::Tensor hpu_empty(
+    c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+    std::optional<at::Device> device, std::optional<bool>, std::optional<at::MemoryFormat> memory_format) {
+  if (device.has_value()) check_index(device->index());
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "the emulated hpu device holds strided tensors only");
+  return at::detail::empty_generic(
+      size, &g_allocator, kHPUKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor hpu_empty_strided(
+    c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool>) {
+  if (device.has_value()) check_index(device->index());
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "the emulated hpu device holds strided tensors only");
+  return at::detail::empty_strided_generic(size, stride, &g_allocator, kHPUKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor host_view(const at::Tensor& t) {
+  return t.device().type() == kHPU ? cpu_alias(t) : t;
+}
+
+// copy_ between host and device (and device to device): a CPU copy between aliases of the same memory.
+at::Tensor hpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  host_view(dst).copy_(host_view(self));
+  return dst;
+}
+
+at::Tensor hpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return hpu_copy_from(self, dst, false);
+}
+
+at::Tensor& hpu_set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, /*resizable=*/true);
+  return at::native::set_storage_cpu_(self, storage, 0, {0}, {});
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// Autocast at AutocastHPU: Habana's four policies, for the op names registered from Python.
+// ----------------------------------------------------------------------------------------------------------------
+enum class CastPolicy : int64_t { lower = 0, fp32 = 1, promote = 2, lower_first_arg = 3 };
+
+std::mutex g_policy_mu;
+std::unordered_map<std::string, CastPolicy> g_policies;  // "aten::linear" -> policy
+std::vector<std::unique_ptr<torch::Library>> g_autocast_libraries;
+
+bool autocast_eligible(const at::Tensor& t) {
+  return t.defined() && t.is_floating_point() && t.device().type() == kHPU && t.scalar_type() != at::kDouble;
+}
+
+at::Tensor cast_to(const at::Tensor& t, at::ScalarType to) {
+  // Habana never caches casts on HPU (cached casts are permanently disabled there).
+  return autocast_eligible(t) && t.scalar_type() != to ? t.to(to) : t;
+}
+
+c10::IValue cast_ivalue(const c10::IValue& v, at::ScalarType to) {
+  if (v.isTensor()) return cast_to(v.toTensor(), to);
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(cast_to(t, to));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(cast_to(*t, to)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+void widen(at::ScalarType& current, const at::Tensor& t) {
+  if (autocast_eligible(t) && t.scalar_type() != current) current = at::kFloat;
+}
+
+at::ScalarType promoted(torch::jit::Stack* stack, size_t first, at::ScalarType lower) {
+  at::ScalarType current = lower;
+  for (size_t i = first; i < stack->size(); ++i) {
+    const auto& v = (*stack)[i];
+    if (v.isTensor()) {
+      widen(current, v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) widen(current, t);
+    }
+  }
+  return current;
+}
+
+void autocast_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  CastPolicy policy;
+  {
+    std::lock_guard<std::mutex> lock(g_policy_mu);
+    policy = g_policies.at(op.operator_name().name);
+  }
+  const auto first = stack->size() - op.schema().arguments().size();
+  const at::ScalarType lower = at::autocast::get_autocast_dtype(kHPU);
+  switch (policy) {
+    case CastPolicy::lower:
+      for (size_t i = first; i < stack->size(); ++i) (*stack)[i] = cast_ivalue((*stack)[i], lower);
+      break;
+    case CastPolicy::fp32:
+      for (size_t i = first; i < stack->size(); ++i) (*stack)[i] = cast_ivalue((*stack)[i], at::kFloat);
+      break;
+    case CastPolicy::promote: {
+      const at::ScalarType to = promoted(stack, first, lower);
+      for (size_t i = first; i < stack->size(); ++i) (*stack)[i] = cast_ivalue((*stack)[i], to);
+      break;
+    }
+    case CastPolicy::lower_first_arg:
+      if (stack->size() > first) (*stack)[first] = cast_ivalue((*stack)[first], lower);
+      break;
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastHPU);
+  op.callBoxed(stack);
+}
+
+// Registers the policy for every overload of `name` ("aten::linear"); `overloads` are the overload names.
+void register_autocast(const std::string& name, const std::vector<std::string>& overloads, int64_t policy) {
+  TORCH_CHECK(policy >= 0 && policy <= 3, "unknown autocast policy ", policy);
+  TORCH_CHECK(name.rfind("aten::", 0) == 0, "autocast ops are aten ops, got ", name);
+  {
+    std::lock_guard<std::mutex> lock(g_policy_mu);
+    auto found = g_policies.find(name);
+    if (found != g_policies.end()) {
+      found->second = static_cast<CastPolicy>(policy);  // the kernel is registered already
+      return;
+    }
+    g_policies[name] = static_cast<CastPolicy>(policy);
+  }
+  auto lib = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::AutocastHPU, __FILE__, __LINE__);
+  const std::string base = name.substr(6);
+  for (const auto& overload : overloads) {
+    const std::string qualified = overload.empty() ? base : base + "." + overload;
+    lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&autocast_kernel>());
+  }
+  g_autocast_libraries.push_back(std::move(lib));
+}
+
+// Forgets every registered policy and deregisters its kernels (the lists are then registered anew).
+void clear_autocast() {
+  std::lock_guard<std::mutex> lock(g_policy_mu);
+  g_policies.clear();
+  g_autocast_libraries.clear();
+}
+
+// ----------------------------------------------------------------------------------------------------------------
+// Python-facing ops (torch.ops.hpu_emu.*)
+// ----------------------------------------------------------------------------------------------------------------
+std::vector<int64_t> memory_stats() {
+  Memory& m = memory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  const int64_t active = m.num_allocs - m.num_frees;
+  // Gaudi's key order: Limit, InUse, MaxInUse, NumAllocs, NumFrees, ActiveAllocs, MaxAllocSize,
+  // TotalSystemAllocs, TotalSystemFrees, TotalActiveAllocs (no pool: the system counters equal the others).
+  return {m.limit, m.in_use, m.max_in_use, m.num_allocs, m.num_frees, active, m.max_alloc_size,
+          m.num_allocs, m.num_frees, active};
+}
+
+void reset_peak_memory_stats() {
+  Memory& m = memory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.max_in_use = m.in_use;
+  m.max_alloc_size = 0;
+}
+
+// A forked process drives its own card: it starts empty, and the parent's tensors it inherited are not counted.
+void fresh_card() {
+  memory().fresh_card();
+}
+
+void configure(int64_t limit, const std::string& label) {
+  TORCH_CHECK(limit > 0, "the memory limit must be positive, got ", limit);
+  Memory& m = memory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.limit = limit;
+  m.label = label;
+}
+
+at::Tensor host_alias(const at::Tensor& t) {
+  TORCH_CHECK(t.device().type() == kHPU, "host_alias expects an hpu tensor, got one on ", t.device());
+  return cpu_alias(t);
+}
+
+}  // namespace
+}  // namespace hpu_nb
+
+namespace at {
+C10_REGISTER_CLASS(HPUHooksRegistry, HPUHooks, hpu_nb::HPUHooks);
+}  // namespace at
+
+TORCH_LIBRARY_IMPL(_, HPU, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpu_nb::hpu_fallback>());
+}
+
+namespace hpu_nb {
+namespace {
+bool has_dedicated_kernel(const std::string& name) {
+  static const std::vector<std::string> dedicated = {
+      "aten::empty", "aten::empty_strided", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_",
+      "aten::resize_", "aten::set_", "aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::unfold",
+      "aten::_to_copy", "aten::to"};
+  return std::find(dedicated.begin(), dedicated.end(), name) != dedicated.end();
+}
+const std::unique_ptr<torch::Library> g_cpu_kernel_ops = register_cpu_kernel_ops();
+}  // namespace
+}  // namespace hpu_nb
+
+TORCH_LIBRARY_IMPL(aten, HPU, m) {
+  m.impl("empty.memory_format", &hpu_nb::hpu_empty);
+  m.impl("empty_strided", &hpu_nb::hpu_empty_strided);
+  m.impl("_copy_from", &hpu_nb::hpu_copy_from);
+  m.impl("_copy_from_and_resize", &hpu_nb::hpu_copy_from_and_resize);
+  m.impl("resize_", TORCH_FN(at::native::resize_));
+  m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_cpu_));
+  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+  m.impl("set_", &hpu_nb::hpu_set_empty);
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+}
+
+TORCH_LIBRARY_IMPL(_, AutocastHPU, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY(hpu_emu, m) {
+  m.def("memory_stats() -> int[]", &hpu_nb::memory_stats);
+  m.def("reset_peak_memory_stats() -> ()", &hpu_nb::reset_peak_memory_stats);
+  m.def("configure(int limit, str label) -> ()", &hpu_nb::configure);
+  m.def("fresh_card() -> ()", &hpu_nb::fresh_card);
+  m.def("host_alias(Tensor(a) self) -> Tensor(a)", &hpu_nb::host_alias);
+  m.def("register_autocast(str name, str[] overloads, int policy) -> ()", &hpu_nb::register_autocast);
+  m.def("clear_autocast() -> ()", &hpu_nb::clear_autocast);
+}
