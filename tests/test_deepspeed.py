@@ -44,7 +44,7 @@ def test_registered_names_configure_zero(name, stage, offload_optimizer, offload
     zero = strategy.config["zero_optimization"]
     assert zero["stage"] == stage
     assert ("offload_optimizer" in zero) == offload_optimizer and ("offload_param" in zero) == offload_param
-    assert strategy.parallel_devices == [torch.device("cpu")] * 2
+    assert strategy.parallel_devices == [torch.device("hpu", 0)] * 2
 
 
 def test_precision_flag_gives_the_hpu_deepspeed_plugin():
@@ -107,7 +107,7 @@ def test_single_process_zero_fit(tmp_path, stage):
     result = run_fit(tmp_path / "out", "--devices", "1", "--strategy", f"ds:{stage}", timeout=FIT_TIMEOUT - 10)
     assert result.returncode == 0, result.stderr[-3000:]
     (report,) = rank_reports(tmp_path / "out")
-    assert report["strategy"] == "HPUDeepSpeedStrategy" and report["process_group_backend"] == "gloo"
+    assert report["strategy"] == "HPUDeepSpeedStrategy" and report["process_group_backend"] == "hccl"
     assert report["global_step"] == 8 and report["samples_seen"] == 64
     assert report["metrics"]["train_loss"] < 10
 

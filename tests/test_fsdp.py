@@ -21,8 +21,11 @@ EAGER = {"PT_HPU_LAZY_MODE": "0"}
 
 
 def test_lazy_mode_is_refused_with_the_fix(monkeypatch):
+    HPUFSDPStrategy()  # the emulated Gaudi runs eager by default, as today's Gaudi software does
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
     with pytest.raises(MisconfigurationException, match="eager mode only.*PT_HPU_LAZY_MODE=0"):
         HPUFSDPStrategy()
+    monkeypatch.delenv("PT_HPU_LAZY_MODE")
     with install_fake_habana(device_count=8), pytest.raises(MisconfigurationException, match="this Gaudi is in lazy"):
         HPUFSDPStrategy()  # a Gaudi in its default lazy mode
 
@@ -35,7 +38,7 @@ def test_hpu_fsdp_is_registered_apart_from_lightnings_cuda_only_names(monkeypatc
     assert isinstance(trainer.accelerator, HPUAccelerator) and type(trainer.strategy) is HPUFSDPStrategy
     assert isinstance(trainer.precision_plugin, HPUFSDPPrecision)
     with trainer.precision_plugin.forward_context():
-        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("hpu") == torch.bfloat16 and torch.is_autocast_enabled("hpu")
 
 
 def test_fp16_needs_gaudi2(monkeypatch):

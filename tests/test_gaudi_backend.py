@@ -33,7 +33,7 @@ def test_auto_selects_gaudi_when_habana_finds_one(make_fake_gaudi) -> None:  # n
     assert (backend.name, backend.is_emulated, backend.autocast_device_type, backend.dist_backend) == (
         "gaudi", False, "hpu", "hccl")
     assert backend.device_count() == 2 and backend.generation().key == "gaudi3"
-    assert backend.root_device() == torch.device("hpu") and backend.root_device(1) == torch.device("hpu", 1)
+    assert backend.root_device() == torch.device("hpu", 0) and backend.root_device(1) == torch.device("hpu", 1)
     assert backend.describe() == "Intel Gaudi: 2 x GAUDI3"
 
 
@@ -61,11 +61,13 @@ def test_forcing_gaudi_without_one_raises_a_clear_error(no_gaudi, monkeypatch) -
         ({"import_error": "libSynapse.so: cannot open shared object file"}, "does not import (ImportError: libSynapse"),
     ],
 )
-def test_unusable_gaudi_is_a_reason_and_auto_falls_back(make_fake_gaudi, options, words) -> None:  # noqa: F811
+def test_unusable_gaudi_software_is_a_clear_error(make_fake_gaudi, options, words) -> None:  # noqa: F811
+    """Habana's software is installed but no card can be used: the emulated Gaudi cannot run beside it, and says so."""
     make_fake_gaudi(backend=None, **options)
     found, reason = probe_gaudi()
     assert not found and words in reason
-    assert get_backend().name == "emulated"
+    with pytest.raises(HPUNotAvailableError, match=r"installed but no Gaudi can be used here.*PT_HPU_AUTOLOAD=0"):
+        get_backend()
     os.environ["HPU_NB_BACKEND"] = "gaudi"  # restored by the fixture
     runtime.reset_backend()
     with pytest.raises(HPUNotAvailableError, match="no Gaudi can be used here"):
@@ -104,12 +106,14 @@ def test_mark_step_is_not_called_in_eager_mode(fake_gaudi: FakeHabana, monkeypat
 
 
 def test_memory_stats_come_from_habana_for_the_device(make_fake_gaudi) -> None:  # noqa: F811
+    from hpu_nb.runtime import hpu_device
+
     fake = make_fake_gaudi(device_count=2, memory_limit=1000 * MiB)
-    fake.allocate(300 * MiB)
-    fake.allocate(500 * MiB)
-    fake.free(300 * MiB)
-    fake.allocate(7 * MiB, index=1)
     backend = get_backend()
+    hpu_device.fresh_card()
+    first = torch.empty(300 * MiB, dtype=torch.uint8, device="hpu")
+    second = torch.empty(500 * MiB, dtype=torch.uint8, device="hpu")
+    del first
     fake.calls.clear()
     stats = backend.memory_stats()
     assert stats == {
@@ -118,14 +122,14 @@ def test_memory_stats_come_from_habana_for_the_device(make_fake_gaudi) -> None: 
         "TotalActiveAllocs": 1,
     }
     assert list(stats) == list(MEMORY_STAT_KEYS) and all(type(v) is int for v in stats.values())
-    assert backend.memory_stats(1)["InUse"] == 7 * MiB
     asked = fake.calls.named("habana_frameworks.torch.hpu.memory_stats")
-    assert [c.args for c in asked] == [(torch.device("hpu"),), (torch.device("hpu", 1),)]
+    assert [c.args for c in asked] == [(torch.device("hpu", 0),)]
 
     backend.reset_peak_memory_stats()
-    assert fake.calls.named("reset_peak_memory_stats")[-1].args == (torch.device("hpu"),)
+    assert fake.calls.named("reset_peak_memory_stats")[-1].args == (torch.device("hpu", 0),)
     after = backend.memory_stats()
     assert (after["MaxInUse"], after["InUse"]) == (500 * MiB, 500 * MiB)
+    del second
 
 
 def test_generation_comes_from_the_device_name(make_fake_gaudi) -> None:  # noqa: F811
@@ -189,8 +193,12 @@ def test_device_facts_from_hl_smi_without_pyhlml(fake_gaudi, fake_hlsmi) -> None
 
 @pytest.mark.parametrize("mode", ["missing", "failing", "hanging", "garbage"])
 def test_device_facts_fall_back_to_the_runtime(make_fake_gaudi, fake_hlsmi, mode, monkeypatch) -> None:  # noqa: F811
+    from hpu_nb.runtime import hpu_device
+
     fake = make_fake_gaudi(device_count=3)
-    fake.allocate(64 * MiB)
+    get_backend()
+    hpu_device.fresh_card()
+    held = torch.empty(64 * MiB, dtype=torch.uint8, device="hpu")  # noqa: F841 (on this process's card)
     fake_hlsmi.mode = mode
     backend = get_backend()
     start = time.monotonic()
@@ -247,8 +255,9 @@ def test_fake_install_is_undone(tmp_path) -> None:
     assert not hasattr(torch, "hpu") and "torch.hpu" not in sys.modules
     assert "hccl" not in torch.distributed.Backend.backend_list and "HPU_NB_BACKEND" not in os.environ
     assert not any(name.startswith("habana_frameworks") for name in sys.modules)
-    with pytest.raises(ImportError):
-        importlib.import_module("habana_frameworks")
+    from hpu_nb.runtime.emulated_habana import is_emulated_module
+
+    assert is_emulated_module(importlib.import_module("habana_frameworks"))  # no Gaudi software: the emulated one
 
 
 def test_fake_reaches_a_child_process(make_fake_gaudi) -> None:  # noqa: F811
@@ -283,9 +292,13 @@ def test_fake_hccl_process_group_really_reduces(fake_gaudi: FakeHabana) -> None:
                             timeout=datetime.timedelta(seconds=20))
     try:
         assert dist.get_backend() == "hccl"
-        value = torch.tensor([1.5, -2.0])
+        value = torch.tensor([1.5, -2.0], device="hpu")
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        assert value.device.type == "hpu" and value.tolist() == [1.5, -2.0]
+        dist.all_reduce(value, op=dist.ReduceOp.AVG)
         assert value.tolist() == [1.5, -2.0]
+        with pytest.raises(RuntimeError, match="HCCL collectives take hpu tensors.*move it to the device"):
+            dist.all_reduce(torch.tensor([1.0]))  # as on a Gaudi: HCCL is registered for hpu only
     finally:
         dist.destroy_process_group()
 

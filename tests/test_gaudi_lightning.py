@@ -12,9 +12,12 @@ from tests.models import quiet_trainer_kwargs
 def test_trainer_on_gaudi_uses_hpu_device_and_gaudi_stats(fake_gaudi):
     trainer = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", devices=1))
     assert isinstance(trainer.strategy, SingleHPUStrategy)
-    assert trainer.strategy.root_device == torch.device("hpu")
+    assert trainer.strategy.root_device == torch.device("hpu", 0)
+    from hpu_nb.runtime import hpu_device
+
+    hpu_device.fresh_card()
     fake_gaudi.calls.clear()
-    fake_gaudi.allocate(3 * 2**20)
+    held = torch.empty(3 * 2**20, dtype=torch.uint8, device="hpu")  # noqa: F841
     stats = trainer.accelerator.get_device_stats(trainer.strategy.root_device)
     assert stats["InUse"] == 3 * 2**20
     assert fake_gaudi.calls.count("memory_stats") == 1

@@ -60,7 +60,7 @@ def test_two_hpus_choose_parallel_strategy_with_script_launcher(monkeypatch):
     trainer = L.Trainer(accelerator="hpu", devices=2, logger=False)
     assert type(trainer.strategy) is HPUParallelStrategy
     assert isinstance(trainer.accelerator, HPUAccelerator)
-    assert trainer.strategy.parallel_devices == [torch.device("cpu")] * 2
+    assert trainer.strategy.parallel_devices == [torch.device("hpu", 0)] * 2  # each process's own card
     assert trainer.num_devices == 2
     assert isinstance(trainer.strategy.launcher, _SubprocessScriptLauncher)
 
@@ -73,12 +73,12 @@ def test_in_a_notebook_the_strategy_forks(monkeypatch):
     assert launcher._start_method == "fork"
 
 
-def test_hpu_parallel_devices_given_to_the_strategy_do_not_turn_it_into_a_cpu_run():
+def test_hpu_parallel_devices_given_to_the_strategy_are_kept():
     strategy = HPUDDPStrategy(parallel_devices=[torch.device("hpu")] * 3)
     trainer = L.Trainer(accelerator="hpu", strategy=strategy, logger=False)
     assert isinstance(trainer.accelerator, HPUAccelerator)
-    assert trainer.strategy.parallel_devices == [torch.device("cpu")] * 3
-    assert trainer.strategy.root_device == torch.device("cpu")
+    assert trainer.strategy.parallel_devices == [torch.device("hpu")] * 3 and trainer.num_devices == 3
+    assert trainer.strategy.root_device == torch.device("hpu", 0)  # completed with this process's card index
 
 
 def test_bad_start_method_is_refused():
@@ -145,8 +145,6 @@ def test_hccl_is_imported_and_initialised_before_the_process_group(monkeypatch):
 
         monkeypatch.setattr(torch.distributed, "init_process_group", recording_init)
         strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu")], cluster_environment=LightningEnvironment())
-        strategy.parallel_devices = None  # what the connector does: keeps the strategy's own list
-        assert strategy.parallel_devices == [torch.device("hpu")]
         try:
             strategy.setup_distributed()
             assert torch.distributed.get_backend() == "hccl"
@@ -188,20 +186,29 @@ def test_emulated_gaudi_forks_freely_and_workers_get_fresh_cards(monkeypatch):
     monkeypatch.setenv("HPU_NB_MEMORY_LIMIT", "64MiB")
     hpu_dist.check_fork_allowed()
     parent = get_backend()
-    kept = torch.ones(1024)
-    parent.register_on_device([kept])
-    assert parent.memory_stats()["InUse"] == 4096
-    hpu_dist.prepare_forked_worker(1)
-    child = get_backend()
-    assert child is not parent and child.memory_stats()["InUse"] == 0
-    assert child.memory_stats()["Limit"] == 64 << 20 and child.generation() == parent.generation()
+    kept = torch.ones(1024, device="hpu")
+    in_use = parent.memory_stats()["InUse"]
+    assert in_use >= 4096
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked worker
+        try:
+            stats = get_backend().memory_stats()
+            os.write(write, json.dumps([stats["InUse"], stats["Limit"], kept.sum().item()]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert json.loads(os.read(read, 1000)) == [0, 64 << 20, 1024.0]  # a fresh card; the parent's tensors still readable
+    assert parent.memory_stats()["InUse"] == in_use
 
 
 def test_deepspeed_environment_follows_the_backend(monkeypatch):
     for key in ("DEEPSPEED_USE_HPU", "PT_HPU_LAZY_ACC_PAR_MODE", "DS_ACCELERATOR"):
         monkeypatch.setenv(key, "recorded")  # so monkeypatch removes what the code under test sets
         monkeypatch.delenv(key)
-    assert hpu_dist.deepspeed_environment() == {"DS_ACCELERATOR": "cpu"}
+    emulated = hpu_dist.deepspeed_environment()
+    assert emulated["DS_ACCELERATOR"] == "hpu"  # DeepSpeed's own HPU accelerator drives the emulated Gaudi too
     with install_fake_habana(device_count=8):
         effective = hpu_dist.prepare_deepspeed_environment()
         assert effective["DEEPSPEED_USE_HPU"] == "true" and os.environ["PT_HPU_LAZY_ACC_PAR_MODE"] == "0"
@@ -215,7 +222,7 @@ def test_two_process_ddp_fit_from_a_script(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     reports = rank_reports(out)
     assert [r["rank"] for r in reports] == [0, 1]
-    assert {r["process_group_backend"] for r in reports} == {"gloo"}
+    assert {r["process_group_backend"] for r in reports} == {"hccl"}  # HCCL's semantics, over gloo when emulated
     assert {r["strategy"] for r in reports} == {"HPUParallelStrategy"}
     assert len({r["pid"] for r in reports}) == 2
     # the distributed sampler splits 64 samples: each rank sees its own half

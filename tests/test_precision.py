@@ -76,11 +76,12 @@ def test_32_true_is_full_precision_and_16_mixed_is_float16() -> None:
 
 def test_bf16_training_really_lowers_the_math() -> None:
     torch.manual_seed(0)
-    layer, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+    layer, x = torch.nn.Linear(64, 64).to("hpu"), torch.randn(8, 64, device="hpu")
     plugin = HPUPrecisionPlugin("bf16-mixed")
     with plugin.forward_context():
         low = layer(x)
     exact = layer(x)
+    assert low.dtype == torch.bfloat16 and exact.dtype == torch.float32
     error = ((low.float() - exact).norm() / exact.norm()).item()
     assert 1e-4 < error < 2e-2  # bf16 rounding: visible, small
 

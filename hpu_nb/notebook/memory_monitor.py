@@ -30,7 +30,7 @@ import anywidget
 import traitlets
 from lightning.pytorch.callbacks import Callback
 
-from hpu_nb.runtime import HPUOutOfMemoryError
+from hpu_nb.runtime import is_out_of_memory
 from hpu_nb.runtime.env import format_bytes
 
 STATIC = Path(__file__).parent / "static"
@@ -301,7 +301,7 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         message = str(exception)
-        if isinstance(exception, HPUOutOfMemoryError) or "out of memory" in message.lower():
+        if is_out_of_memory(exception) or "out of memory" in message.lower():
             stats = self._sample(trainer, None, record=True) or dict(self.current)
             self._guard(self._set, oom={
                 "x": self.history.points[-1][0] if self.history.points else 0,

@@ -58,6 +58,14 @@ def _create_backend() -> DeviceBackend:
             f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
             "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
         )
+    from hpu_nb.runtime.emulated_habana import real_habana_spec
+
+    if real_habana_spec() is not None:
+        raise HPUNotAvailableError(
+            f"Habana's software is installed but no Gaudi can be used here: {reason}. The emulated Gaudi cannot run"
+            " beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python with"
+            " PT_HPU_AUTOLOAD=0 and HPU_NB_BACKEND=emulated to train on the emulated Gaudi."
+        )
     from hpu_nb.runtime.emulated import EmulatedBackend
 
     return EmulatedBackend()

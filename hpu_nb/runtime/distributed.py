@@ -85,10 +85,8 @@ def check_fork_allowed() -> None:
 
 
 def deepspeed_environment() -> dict[str, str]:
-    """Environment DeepSpeed needs before it is imported: Habana's fork on a Gaudi, the CPU accelerator when emulated."""
-    backend = get_backend()
-    if backend.is_emulated:
-        return {"DS_ACCELERATOR": "cpu"}
+    """Environment DeepSpeed needs before it is imported: its HPU accelerator (on the emulated Gaudi too, which
+    provides the habana_frameworks API that accelerator drives)."""
     return {"DEEPSPEED_USE_HPU": "true", "PT_HPU_LAZY_ACC_PAR_MODE": "0", "DS_ACCELERATOR": "hpu"}
 
 

@@ -6,9 +6,6 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from hpu_nb.runtime import hpu_device
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
 from hpu_nb.runtime.generations import Generation
@@ -26,21 +23,6 @@ def _versions_of_python_stack() -> Versions:
     return Versions(torch=_v("torch"), lightning=_v("lightning") or _v("pytorch-lightning"))
 
 
-def import_emulated_habana() -> tuple[Any, Any]:
-    """(htcore, hthpu) of the emulated surface; refuses when Habana's own software is what `habana_frameworks` is."""
-    from hpu_nb.runtime import emulated_habana
-
-    emulated_habana.install()
-    htcore = importlib.import_module("habana_frameworks.torch.core")
-    hthpu = importlib.import_module("habana_frameworks.torch.hpu")
-    if not emulated_habana.is_emulated_module(hthpu):
-        raise hpu_device.DeviceConflictError(
-            f"HPU_NB_BACKEND=emulated, but `habana_frameworks` here is Habana's software ({hthpu.__file__}), which owns"
-            " the `hpu` device. Unset HPU_NB_BACKEND to use the Gaudi, or run on a machine without Gaudi software."
-        )
-    return htcore, hthpu
-
-
 class EmulatedBackend(DeviceBackend):
     """A Gaudi of the chosen generation, emulated on the CPU: a real `hpu` device whose kernels run on the host."""
 
@@ -53,8 +35,10 @@ class EmulatedBackend(DeviceBackend):
         memory_limit: int | str | None = None,
         device_count: int | None = None,
     ) -> None:
+        from hpu_nb.runtime import emulated_habana
+
         config = hpu_device.config_from_environment(generation, memory_limit, device_count)
-        super().__init__(*import_emulated_habana())
+        super().__init__(*emulated_habana.load_surface())
         hpu_device.load(config)
 
     @property

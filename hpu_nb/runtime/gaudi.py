@@ -28,9 +28,15 @@ FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
 
 
 def _import_runtime() -> tuple[Any, Any]:
-    """(htcore, hthpu): core first, as Habana's docs require, then the hpu module."""
+    """(htcore, hthpu) of Habana's software: core first, as Habana's docs require, then the hpu module."""
+    from hpu_nb.runtime.emulated_habana import is_emulated_module, real_habana_spec
+
+    if real_habana_spec() is None:
+        raise ImportError("habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)")
     htcore = importlib.import_module(CORE_MODULE)
     hthpu = importlib.import_module(HPU_MODULE)
+    if is_emulated_module(hthpu):
+        raise ImportError("habana_frameworks here is hpu_nb's emulated surface, not Habana's software")
     return htcore, hthpu
 
 

@@ -41,14 +41,19 @@ class FakeHabana:
     def calls(self) -> Any:
         return self.state.calls
 
-    def memory(self, index: int = 0) -> Any:
-        """The DeviceMemory of card `index` (allocate()/free() move its counters)."""
+    def memory(self, index: int) -> Any:
+        """What the machine's tools (pyhlml, hl-smi) report for another card `index` (allocate()/free() move it).
+
+        The card this process drives is the emulated hpu device: its memory moves with real hpu tensors.
+        """
+        if index == self.config.current_device:
+            raise ValueError(f"card {index} is this process's card: allocate hpu tensors to move its counters")
         return self.state.card(index)
 
-    def allocate(self, nbytes: int, index: int = 0) -> None:
+    def allocate(self, nbytes: int, index: int) -> None:
         self.memory(index).allocate(nbytes)
 
-    def free(self, nbytes: int, index: int = 0) -> None:
+    def free(self, nbytes: int, index: int) -> None:
         self.memory(index).free(nbytes)
 
     def set_metric(self, name: str, **tags: Any) -> None:
@@ -81,8 +86,10 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
     backend: value for HPU_NB_BACKEND while installed (None leaves it unset, to test auto-selection).
     pyhlml: also make the fake `pyhlml` importable; otherwise `import pyhlml` fails while installed.
     """
+    from hpu_nb.runtime.emulated_habana import is_emulated_module
+
     loaded = sys.modules.get("habana_frameworks")
-    if loaded is not None and not str(getattr(loaded, "__file__", "")).startswith(SITE):
+    if loaded is not None and not (str(getattr(loaded, "__file__", "")).startswith(SITE) or is_emulated_module(loaded)):
         raise RuntimeError("The real habana_frameworks is already imported; the fake cannot replace it.")
     from hpu_nb.runtime import reset_backend
 
@@ -133,18 +140,20 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
 
 @contextlib.contextmanager
 def block_habana() -> Iterator[None]:
-    """Make `habana_frameworks` (and pyhlml) unimportable, as on a machine without Gaudi software."""
-    saved = {name: sys.modules.get(name, _MISSING) for name in ("habana_frameworks", "pyhlml")}
-    for name in saved:
-        sys.modules[name] = None  # type: ignore[assignment]
+    """A machine without Gaudi software: no `habana_frameworks` on sys.path (the emulated surface still answers)."""
+    from hpu_nb.runtime.emulated_habana import real_habana_spec
+
+    if real_habana_spec() is not None:
+        raise RuntimeError("habana_frameworks is installed on sys.path: uninstall the fake first")
+    saved = sys.modules.get("pyhlml", _MISSING)
+    sys.modules["pyhlml"] = None  # type: ignore[assignment]
     try:
         yield
     finally:
-        for name, module in saved.items():
-            if module is _MISSING:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module  # type: ignore[assignment]
+        if saved is _MISSING:
+            sys.modules.pop("pyhlml", None)
+        else:
+            sys.modules["pyhlml"] = saved  # type: ignore[assignment]
 
 
 def _drop_modules() -> None:
@@ -156,9 +165,14 @@ def _drop_modules() -> None:
 
 
 def _undo_torch_changes(originals: dict[str, Any]) -> None:
-    """Put back what importing the fake changed in torch: ProfilerActivity, torch.hpu, the "hccl" backend."""
+    """Put back what importing the fake changed in torch: ProfilerActivity, torch.hpu, the "hccl" backend, and the
+    card's Limit / name (the emulated device becomes the environment's emulated Gaudi again)."""
     import torch
 
+    from hpu_nb.runtime import hpu_device
+
+    if hpu_device.is_loaded():
+        hpu_device.configure(hpu_device.config_from_environment())
     if "ProfilerActivity" in originals:
         torch.profiler.ProfilerActivity = originals["ProfilerActivity"]
     if originals.get("torch.hpu registered"):

@@ -145,8 +145,14 @@ class HPUParallelMixin:
 
     # -- collectives ----------------------------------------------------------------------------------------------
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
-        """HCCL semantics: sum / min / max natively, mean as sum / world size (ints become float)."""
+        """HCCL semantics: sum / min / max natively, mean as sum / world size (ints become float).
+
+        HCCL reduces device tensors only: a host tensor (e.g. a logged value) is moved to this card first, as
+        lightning-habana did; the result stays on the card.
+        """
         if isinstance(tensor, Tensor):
+            if tensor.device != self.root_device:
+                tensor = tensor.to(self.root_device)
             return hccl_reduce(tensor, group, reduce_op)
         return tensor
 

@@ -58,6 +58,30 @@ class _EmulatedHabanaFinder(importlib.abc.MetaPathFinder):
 _FINDER = _EmulatedHabanaFinder()
 
 
+class HabanaConflictError(RuntimeError):
+    """Habana's own `habana_frameworks` (or the test fake) is imported in this process: the emulation cannot be."""
+
+
+def load_surface() -> tuple[Any, Any]:
+    """(htcore, hthpu) of the emulated surface, imported even where Habana's package is installed but not yet imported.
+
+    Refuses when a non-emulated `habana_frameworks` is already imported: it owns `torch.hpu` and the hpu device.
+    """
+    loaded = sys.modules.get(PACKAGE)
+    if loaded is not None and not is_emulated_module(loaded):
+        raise HabanaConflictError(
+            f"Habana's software ({getattr(loaded, '__file__', PACKAGE)}) is already imported in this process and owns"
+            " the `hpu` device, so the emulated Gaudi cannot run here. Start a new Python with PT_HPU_AUTOLOAD=0 and"
+            " HPU_NB_BACKEND=emulated, before anything imports habana_frameworks."
+        )
+    if loaded is None:
+        spec = _FINDER.find_spec(PACKAGE, None)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[PACKAGE] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module("habana_frameworks.torch.core"), importlib.import_module(HPU_MODULE)
+
+
 def install() -> None:
     """Let `import habana_frameworks` / `import torch.hpu` fall back to the emulated surface (idempotent, cheap)."""
     if _FINDER not in sys.meta_path:

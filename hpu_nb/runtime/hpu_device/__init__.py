@@ -160,7 +160,7 @@ def fresh_card() -> None:
 def _load_library() -> str:
     import torch
 
-    from hpu_nb.runtime.hpu_device import autocast, build, hccl
+    from hpu_nb.runtime.hpu_device import autocast, build, habana_ops, hccl
 
     if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "HPU"):
         raise DeviceConflictError(
@@ -171,6 +171,7 @@ def _load_library() -> str:
     path = str(build.build())
     torch.ops.load_library(path)
     autocast.register(autocast.lists_from_environment())
+    habana_ops.register()
     hccl.register()
     # The emulated card computes on the CPU: run backward on the calling thread, as the CPU does, rather than
     # handing every backward pass to a device thread (which costs more than a small model's whole backward).

@@ -55,6 +55,12 @@ class EmulatedHCCL(ProcessGroup):
     def _device_types(self) -> list[torch.device]:
         return [torch.device("hpu")]
 
+    def _get_backend(self, device: Any) -> "_BackendView":
+        """What torch asks of a group's per-device backend (capabilities), answered as Habana's HCCL would."""
+        if torch.device(device).type != "hpu":
+            raise RuntimeError(f"No backend type associated with device type {torch.device(device).type}")
+        return _BackendView(self._gloo)
+
     def _averaged(self, work: Any, tensors: list[torch.Tensor]) -> Any:
         size = self.size()
 
@@ -102,13 +108,22 @@ class EmulatedHCCL(ProcessGroup):
         outputs = [_hosts(group) for group in output_tensors]
         return self._gloo.allgather(outputs, _hosts(input_tensors), opts or dist.AllgatherOptions())
 
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> Any:
+        outputs = [_hosts(group) for group in output_lists]
+        return self._gloo.allgather_coalesced(outputs, _hosts(inputs), opts or dist.AllgatherOptions())
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         return self._gloo._allgather_base(_host(output), _host(input), opts or dist.AllgatherOptions())
 
-    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                                        opts: Any = None) -> Any:
-        return self._gloo.allgather_into_tensor_coalesced(_hosts(outputs), _hosts(inputs),
-                                                          opts or dist.AllgatherOptions())
+    _allgather_base = all_gather_single  # the name before torch 2.10
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> Any:
+        works = [self.all_gather_single(out, inp, opts) for out, inp in zip(outputs, inputs)]
+        return _all_of(works)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                        opts: Any = None) -> Any:
@@ -117,16 +132,30 @@ class EmulatedHCCL(ProcessGroup):
         work = self._gloo.reduce_scatter(outputs, [_hosts(group) for group in input_tensors], opts)
         return self._averaged(work, outputs) if average else work
 
-    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
         opts, average = self._reduce_options(opts or dist.ReduceScatterOptions(), dist.ReduceScatterOptions)
         host_output = _host(output)
         work = self._gloo._reduce_scatter_base(host_output, _host(input), opts)
         return self._averaged(work, [host_output]) if average else work
 
-    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],  # noqa: A002
-                      input_split_sizes: list[int], opts: Any = None) -> Any:
+    _reduce_scatter_base = reduce_scatter_single  # the name before torch 2.10
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> Any:
+        works = [self.reduce_scatter_single(out, inp, opts) for out, inp in zip(outputs, inputs)]
+        return _all_of(works)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],  # noqa: A002
+                          input_split_sizes: list[int], opts: Any = None) -> Any:
         return self._gloo.alltoall_base(_host(output), _host(input), output_split_sizes, input_split_sizes,
                                         opts or dist.AllToAllOptions())
+
+    alltoall_base = all_to_all_single  # the name before torch 2.10
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        return self._gloo.alltoall(_hosts(outputs), _hosts(inputs), opts or dist.AllToAllOptions())
 
     def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                opts: Any = None) -> Any:
@@ -146,6 +175,26 @@ class EmulatedHCCL(ProcessGroup):
 
     def barrier(self, opts: Any = None) -> Any:
         return self._gloo.barrier(opts or dist.BarrierOptions())
+
+
+def _all_of(works: list[Any]) -> Any:
+    """One Work that completes when all of `works` have."""
+    futures = torch.futures.collect_all([work.get_future() for work in works])
+    return torch._C._distributed_c10d._create_work_from_future(futures)
+
+
+class _BackendView:
+    """The inner gloo group as torch's helpers see a backend, with HCCL's capabilities (no communicator splitting)."""
+
+    supports_splitting = False
+    supports_coalescing = False
+    supports_time_estimate = False
+
+    def __init__(self, gloo: Any) -> None:
+        self._gloo = gloo
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gloo, name)
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedHCCL:

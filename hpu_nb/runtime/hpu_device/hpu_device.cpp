@@ -189,6 +189,13 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT, kDevice);
   }
+  // Every stream is the one in-order stream of an eager card.
+  c10::Stream getStreamFromGlobalPool(c10::Device, bool) const override {
+    return c10::Stream(c10::Stream::DEFAULT, kDevice);
+  }
+  c10::Stream getNewStream(c10::Device, int) const override {
+    return c10::Stream(c10::Stream::DEFAULT, kDevice);
+  }
   c10::Stream exchangeStream(c10::Stream s) const override {
     return c10::Stream(c10::Stream::DEFAULT, kDevice);
   }
@@ -535,6 +542,9 @@ at::Tensor hpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& ds
   return hpu_copy_from(self, dst, false);
 }
 
+// The card runs in order, eagerly: there is no other stream a tensor could still be in use on.
+void hpu_record_stream(at::Tensor&, c10::Stream) {}
+
 at::Tensor& hpu_set_empty(at::Tensor& self) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, /*resizable=*/true);
   return at::native::set_storage_cpu_(self, storage, 0, {0}, {});
@@ -705,7 +715,7 @@ bool has_dedicated_kernel(const std::string& name) {
   static const std::vector<std::string> dedicated = {
       "aten::empty", "aten::empty_strided", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_",
       "aten::resize_", "aten::set_", "aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::unfold",
-      "aten::_to_copy", "aten::to"};
+      "aten::_to_copy", "aten::to", "aten::record_stream"};
   return std::find(dedicated.begin(), dedicated.end(), name) != dedicated.end();
 }
 const std::unique_ptr<torch::Library> g_cpu_kernel_ops = register_cpu_kernel_ops();
@@ -722,6 +732,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_cpu_));
   m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
   m.impl("set_", &hpu_nb::hpu_set_empty);
+  m.impl("record_stream", &hpu_nb::hpu_record_stream);
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));

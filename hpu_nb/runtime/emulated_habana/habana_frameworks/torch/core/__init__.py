@@ -9,25 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import habana_frameworks.torch.hpu  # noqa: F401  (Habana's core needs the device; so does this one)
-
-from hpu_nb.runtime.env import lazy_mode_from_env
+from habana_frameworks.torch import hpu  # noqa: F401  (htcore.hpu, as in Habana's core)
+from habana_frameworks.torch.core import step_closure  # noqa: F401
+from habana_frameworks.torch.core.step_closure import add_step_closure, iter_mark_step, mark_step  # noqa: F401
+from habana_frameworks.torch.utils.internal import is_lazy  # noqa: F401
 
 __emulated__ = True
-EMULATED_DEFAULT_LAZY = False  # today's Gaudi software (1.21+) runs eager + torch.compile unless told otherwise
-placed_mark_steps = 0  # mark_step() calls made in lazy mode (where a Gaudi would run the accumulated graph)
 
 
-def is_lazy() -> bool:
-    """Whether Gaudi software would run in lazy mode here (PT_HPU_LAZY_MODE; eager when unset)."""
-    return lazy_mode_from_env(EMULATED_DEFAULT_LAZY)
-
-
-def mark_step(device_str: str = "", sync: bool = False) -> None:
-    """End the accumulated lazy graph: a no-op in eager mode; counted in lazy mode (the emulation is eager)."""
-    global placed_mark_steps
-    if is_lazy():
-        placed_mark_steps += 1
+def __getattr__(name: str) -> Any:
+    if name == "placed_mark_steps":  # how many mark_step() calls lazy mode placed (kept in step_closure)
+        return step_closure.placed_mark_steps
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def hpu_set_env() -> None:

@@ -7,10 +7,12 @@ hpu_nb shows says that the card is emulated, and so does this module's repr.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+import time
 import types
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import torch
 
@@ -106,8 +108,12 @@ def current_device() -> int:
 
 
 def set_device(device: _device_t) -> None:
+    """Select the card by its index on the machine (launchers pass the local rank); the process still drives one card,
+    which torch calls hpu:0, as on a Gaudi."""
     _lazy_init()
-    _check(device)
+    index = _get_device_index(device, optional=True)
+    if not 0 <= index < device_count():
+        raise AssertionError(f"Trying to open device with idx={index} when only {device_count()} are available.")
 
 
 def synchronize(device: _device_t = None) -> None:
@@ -145,6 +151,94 @@ class device:
 class device_of(device):
     def __init__(self, obj: torch.Tensor) -> None:
         super().__init__(obj.get_device() if obj.device.type == "hpu" else None)
+
+
+# -- streams and events: the emulated card runs everything eagerly, in order, so each is complete when recorded ------
+class Stream(torch.Stream):
+    """An HPU stream (torch's own Stream type, so `tensor.record_stream` takes it). The emulated card runs in order
+    and eagerly: work is finished when the call returns, so there is never anything to wait for."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        return super().__new__(cls, device=torch.device("hpu", _get_device_index(device, optional=True)),
+                               priority=priority)
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<torch.hpu.Stream device={self.device} (emulated: eager, in order)>"
+
+
+class Event:
+    """An HPU event: recorded work is complete; `elapsed_time` measures host time between two records, in ms."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._recorded_at: Optional[float] = None
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        self._recorded_at = time.perf_counter()
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        if self._recorded_at is None or end_event._recorded_at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._recorded_at - self._recorded_at) * 1000.0
+
+
+_default_stream = None
+
+
+def default_stream(device: _device_t = None) -> Stream:
+    global _default_stream
+    if _default_stream is None:
+        _default_stream = Stream(device)
+    return _default_stream
+
+
+_tls_streams = threading.local()
+
+
+def current_stream(device: _device_t = None) -> Stream:
+    return getattr(_tls_streams, "stream", None) or default_stream(device)
+
+
+def set_stream(stream: Stream) -> None:
+    _tls_streams.stream = stream
+
+
+@contextlib.contextmanager
+def stream(stream: Optional[Stream]) -> Iterator[None]:
+    """Make `stream` current inside the block."""
+    previous = getattr(_tls_streams, "stream", None)
+    if stream is not None:
+        _tls_streams.stream = stream
+    try:
+        yield
+    finally:
+        _tls_streams.stream = previous
 
 
 # -- memory ------------------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from habana_frameworks._fake import STATE as _STATE
 from habana_frameworks._fake import recorded as _recorded
 
 _STATE.calls.record("import habana_frameworks.torch.core")
-if not hasattr(torch, "hpu"):
+if getattr(torch, "hpu", None) is not _hthpu:
+    if hasattr(torch, "hpu"):
+        delattr(torch, "hpu")  # the emulated Gaudi's module, from an earlier test in this process
     torch._register_device_module("hpu", _hthpu)
     _STATE.originals["torch.hpu registered"] = True
 

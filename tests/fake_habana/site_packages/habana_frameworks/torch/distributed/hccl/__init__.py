@@ -1,7 +1,7 @@
-"""Fake habana_frameworks.torch.distributed.hccl: importing it registers an "hccl" process-group backend.
+"""Fake habana_frameworks.torch.distributed.hccl: importing it registers the "hccl" backend for the hpu device.
 
-Here "hccl" is gloo underneath (for CPU tensors), so a process group created with backend="hccl" really
-communicates; uninstalling the fake (tests/fake_habana) unregisters it again.
+The collectives are hpu_nb's emulated HCCL (gloo on the hpu tensors' host memory), so a process group created with
+backend="hccl" really communicates, and refuses host tensors as HCCL does; uninstalling the fake unregisters it.
 """
 
 import os
@@ -12,18 +12,14 @@ from habana_frameworks._fake import recorded as _recorded
 _STATE.calls.record("import habana_frameworks.torch.distributed.hccl")
 
 
-def _create_gloo_backed_hccl(store, rank, world_size, timeout):
-    import torch.distributed as dist
-
-    return dist.ProcessGroupGloo(store, rank, world_size, timeout)
-
-
 def _register():
     import torch.distributed as dist
 
-    if not dist.is_available() or "hccl" in dist.Backend.backend_list:
+    from hpu_nb.runtime.hpu_device import hccl
+
+    if not dist.is_available():
         return
-    dist.Backend.register_backend("hccl", _create_gloo_backed_hccl, devices=["hpu", "cpu"])
+    hccl.register()
     _STATE.originals["hccl registered"] = True
 
 
