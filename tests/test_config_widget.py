@@ -174,7 +174,10 @@ def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     assert errors() == []
     assert any("only 8 are available" in e and "HPU_NB_DEVICE_COUNT" in e for e in errors(devices=9))
     assert any("single-device strategy" in e for e in errors(strategy="single", devices=2))
+    assert errors(strategy="fsdp", devices=2) == []  # eager by default, as today's Gaudi software
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
     assert any("PT_HPU_LAZY_MODE=0" in e for e in errors(strategy="fsdp", devices=2))
+    monkeypatch.delenv("PT_HPU_LAZY_MODE")
     assert any("offload needs ZeRO stage 1, 2 or 3" in e for e in errors(strategy="deepspeed", deepspeed_stage=0,
                                                                            offload_optimizer=True))
     assert any("in both lists" in e for e in errors(precision="bf16-mixed", lower_list=["linear"], fp32_list=["linear"]))
@@ -212,12 +215,12 @@ def test_autocast_snippet_runs_in_bf16(style: str) -> None:
     cfg = TrainerConfig(precision="bf16-mixed", autocast=style)
     lines = [line[1:] for line in cfg.code.splitlines() if line.startswith("#     ") or line == "#"]
     snippet = textwrap.dedent("\n".join(lines))
-    assert 'torch.autocast(device_type="cpu", dtype=torch.bfloat16)' in snippet
+    assert 'torch.autocast(device_type="hpu", dtype=torch.bfloat16)' in snippet
     namespace: dict[str, Any] = {"L": L}
     exec(snippet, namespace)  # noqa: S102 - the snippet the user pastes into their module
     model = namespace["MyModel"]()
-    model.net = torch.nn.Linear(4, 4)
-    assert model(torch.randn(2, 4)).dtype == torch.bfloat16
+    model.net = torch.nn.Linear(4, 4).to("hpu")
+    assert model(torch.randn(2, 4, device="hpu")).dtype == torch.bfloat16
 
 
 def test_op_list_parsing() -> None:

@@ -349,7 +349,7 @@ class TrainerConfig:
             return []
         dtype = "torch.bfloat16" if self.precision == "bf16-mixed" else "torch.float16"
         device = get_backend().autocast_device_type
-        where = "the emulated Gaudi autocasts on the CPU" if device == "cpu" else "Gaudi autocasts on 'hpu'"
+        where = f"Gaudi autocasts on {device!r}"
         call = f'torch.autocast(device_type="{device}", dtype={dtype})'
         how = {"context": "a torch.autocast context", "decorator": "the @torch.autocast decorator"}[self.autocast]
         lines = [f"# {self.precision} with {how} in your LightningModule "

@@ -8,7 +8,6 @@ imports torch or starts a subprocess, so it returns in milliseconds.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,9 +58,7 @@ def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
 
 
 def _process_memory(backend: DeviceBackend, problems: list[str]) -> dict[str, int] | None:
-    """Memory counters of the card this process drives; skipped when asking would import torch for nothing."""
-    if backend.is_emulated and "hpu_nb.runtime.memory" not in sys.modules:
-        return None  # nothing was ever placed on the emulated card in this process: all counters are zero
+    """Memory counters of the card this process drives."""
     try:
         return backend.memory_stats(0)
     except Exception as err:  # noqa: BLE001 - info must never raise
@@ -104,8 +101,6 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
                     memory_peak=stats.get("MaxInUse"),
                     memory_total=stats.get("Limit", fact.memory_total),
                 )
-            elif backend.is_emulated:
-                fact = dataclasses.replace(fact, memory_used=0, memory_peak=0)
         devices.append(fact)
     try:
         lazy = backend.is_lazy()
