@@ -152,9 +152,10 @@ def test_gaudi_without_hpu_activity_is_a_clear_error(fake_gaudi, monkeypatch):  
     from hpu_nb.runtime import get_backend
 
     assert get_backend().name == "gaudi"
-    monkeypatch.setattr(torch.profiler, "ProfilerActivity", fake_gaudi_original_activity())
-    with pytest.raises(RuntimeError, match="ProfilerActivity.HPU"):
-        HPUProfiler()
+    with monkeypatch.context() as patch:  # undone before the fake is uninstalled (which restores torch's own Enum)
+        patch.setattr(torch.profiler, "ProfilerActivity", fake_gaudi_original_activity())
+        with pytest.raises(RuntimeError, match="ProfilerActivity.HPU"):
+            HPUProfiler()
 
 
 def fake_gaudi_original_activity():
@@ -188,3 +189,49 @@ def test_one_trace_per_rank_with_filename(tmp_path):
         assert [os.path.basename(p) for p in prof.trace_paths()] == [
             f"fit-perf-logs-{rank}-[Strategy]X.training_step.{1000 + rank}.pt.trace.json"
         ]
+
+
+# -- profiler honesty: the emulated device's machinery never shows up as the user's work -----------------------------
+class ConvNet(L.LightningModule):
+    """Convolution, batch norm, pooling and a linear head: ops of clearly different costs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(16 * 8 * 8, 10))
+
+    def training_step(self, batch, batch_idx):
+        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _profiled_fit(accelerator: str, out) -> traces.Trace:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    gen = torch.Generator().manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(8 * 16, 3, 16, 16, generator=gen),
+                                    torch.randint(0, 10, (8 * 16,), generator=gen)), batch_size=16)
+    torch.manual_seed(0)
+    profiler = HPUProfiler(dirpath=str(out), filename="p", schedule=torch.profiler.schedule(wait=1, warmup=1, active=4))
+    trainer = L.Trainer(accelerator=accelerator, profiler=profiler, **quiet_trainer_kwargs())
+    trainer.fit(ConvNet(), data)
+    return profiler.load_trace()
+
+
+def test_a_profile_on_the_emulated_gaudi_shows_the_same_ops_as_on_the_cpu(tmp_path):
+    on_cpu = {r["name"]: r for r in _profiled_fit("cpu", tmp_path / "cpu").ops(top=1000)}
+    on_hpu = {r["name"]: r for r in _profiled_fit("hpu", tmp_path / "hpu").ops(top=1000)}
+    # nothing of the emulation's machinery: no dispatch mode, no fallback, no emulated-device ops
+    machinery = [name for name in on_hpu if any(word in name for word in ("DispatchMode", "hpu_emu", "fallback"))]
+    assert machinery == []
+    # every ATen op ran as often as on the CPU; the device adds only its host -> device copies of the batches
+    cpu_calls = {name: r["calls"] for name, r in on_cpu.items() if name.startswith("aten::")}
+    hpu_calls = {name: r["calls"] for name, r in on_hpu.items() if name.startswith("aten::")}
+    copies = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::empty_strided"}
+    assert {k: v for k, v in hpu_calls.items() if k not in copies} == {k: v for k, v in cpu_calls.items()
+                                                                       if k not in copies}
+    assert hpu_calls["aten::_copy_from"] >= 2 * 4  # at least the inputs and targets of each recorded step
+    assert on_hpu["Optimizer.step#SGD.step"]["calls"] == on_cpu["Optimizer.step#SGD.step"]["calls"] == 4

@@ -47,6 +47,10 @@ class DeviceConflictError(RuntimeError):
     """Another `hpu` device (Habana's own software) is loaded in this process: the emulated one cannot be."""
 
 
+class DeviceLoadedTooLateError(RuntimeError):
+    """torch settled its HPU support before the emulated device was loaded, so autograd cannot run on it here."""
+
+
 @dataclass(frozen=True)
 class CardConfig:
     """What the emulated Gaudi is: its generation, each card's memory Limit, and how many cards the machine has."""
@@ -98,12 +102,27 @@ def config_from_environment(
 
 
 _lock = threading.RLock()
-_library: str | None = None
+_library: str | None = None  # the loaded device library
+_active = False  # the emulated Gaudi is in use in this process
 _config: CardConfig | None = None
 
 
 def is_loaded() -> bool:
-    return _library is not None
+    return _active
+
+
+def load_library_if_built() -> bool:
+    """Load the device library when it is already built (cheap: what `import torch` does through the autoload)."""
+    global _library
+    from hpu_nb.runtime.hpu_device import build
+
+    with _lock:
+        if _library is None:
+            path = build.library_path()
+            if not path.exists() or _hpu_device_taken():
+                return False
+            _library = _load_library(path)
+        return True
 
 
 def card_config() -> CardConfig:
@@ -113,10 +132,22 @@ def card_config() -> CardConfig:
 
 def load(config: CardConfig | None = None) -> CardConfig:
     """Make `hpu` usable here (idempotent); with `config`, (re)configure the card. Returns the card in force."""
-    global _library, _config
+    global _library, _active
     with _lock:
-        if _library is None:
-            _library = _load_library()
+        if not _active:
+            if _library is None:
+                from hpu_nb.runtime.hpu_device import build
+
+                if _hpu_device_taken():
+                    raise DeviceConflictError(
+                        "The `hpu` device is already provided in this process (by Habana's own software,"
+                        " habana_frameworks), so the emulated Gaudi cannot run here. Unset HPU_NB_BACKEND=emulated to"
+                        " use the Gaudi, or start Python with PT_HPU_AUTOLOAD=0 and without importing"
+                        " habana_frameworks to use the emulation."
+                    )
+                _library = _load_library(build.build())
+            _activate()
+            _active = True
         if config is not None or _config is None:
             configure(config or config_from_environment())
         assert _config is not None
@@ -129,7 +160,7 @@ def configure(config: CardConfig) -> None:
     import torch
 
     with _lock:
-        if _library is None:
+        if not _active:
             load(config)
             return
         torch.ops.hpu_emu.configure(int(config.memory_limit), config.label)
@@ -157,19 +188,33 @@ def fresh_card() -> None:
     torch.ops.hpu_emu.fresh_card()
 
 
-def _load_library() -> str:
+def _hpu_device_taken() -> bool:
+    """Whether something else (Habana's software) already provides kernels for the `hpu` device."""
     import torch
 
-    from hpu_nb.runtime.hpu_device import autocast, build, habana_ops, hccl
+    return _library is None and torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "HPU")
 
-    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "HPU"):
-        raise DeviceConflictError(
-            "The `hpu` device is already provided in this process (by Habana's own software, habana_frameworks), so"
-            " the emulated Gaudi cannot run here. Unset HPU_NB_BACKEND=emulated to use the Gaudi, or start Python"
-            " with PT_HPU_AUTOLOAD=0 and without importing habana_frameworks to use the emulation."
+
+def _load_library(path: object) -> str:
+    import torch
+
+    torch.ops.load_library(str(path))
+    return str(path)
+
+
+def _activate() -> None:
+    """Everything the emulated Gaudi sets up when first used: its HPU hooks, autocast lists, Habana ops, HCCL."""
+    import torch
+
+    from hpu_nb.runtime.hpu_device import autocast, habana_ops, hccl
+
+    if not torch.ops.hpu_emu.activate():
+        raise DeviceLoadedTooLateError(
+            "torch looked up its HPU support before hpu_nb could load the emulated `hpu` device in this process, so"
+            " backward passes on `hpu` tensors would fail here. Import hpu_nb (or torch, with hpu_nb installed and"
+            " TORCH_DEVICE_BACKEND_AUTOLOAD / HPU_NB_AUTOLOAD not set to 0) before other torch code runs, e.g. at the"
+            " top of the notebook, then restart the kernel."
         )
-    path = str(build.build())
-    torch.ops.load_library(path)
     autocast.register(autocast.lists_from_environment())
     habana_ops.register()
     hccl.register()
@@ -177,4 +222,3 @@ def _load_library() -> str:
     # handing every backward pass to a device thread (which costs more than a small model's whole backward).
     torch._C._set_multithreading_enabled(False)
     os.register_at_fork(after_in_child=torch.ops.hpu_emu.fresh_card)
-    return path

@@ -158,7 +158,10 @@ void free_adopted_block(void* ctx) {
 // ----------------------------------------------------------------------------------------------------------------
 // Device guard and hooks: one card per process, as on a Gaudi.
 // ----------------------------------------------------------------------------------------------------------------
-std::atomic<int> g_device_count{1};
+// torch asks its HPU hooks once and keeps the answer object, so the library registers them as early as it can
+// (when torch is imported); they report an HPU only once the emulated Gaudi is activated, so a process that never
+// uses it sees no accelerator.
+std::atomic<bool> g_active{false};
 
 void check_index(c10::DeviceIndex index) {
   TORCH_CHECK(
@@ -223,13 +226,13 @@ struct HPUHooks final : at::HPUHooksInterface {
   HPUHooks(at::HPUHooksArgs) {}
   void init() const override {}
   bool isBuilt() const override {
-    return true;
+    return g_active.load();
   }
   bool isAvailable() const override {
-    return true;
+    return g_active.load();
   }
   bool hasHPU() const override {
-    return true;
+    return g_active.load();
   }
   c10::DeviceIndex deviceCount() const override {
     return 1;
@@ -680,6 +683,13 @@ void reset_peak_memory_stats() {
   m.max_alloc_size = 0;
 }
 
+// The emulated Gaudi is in use in this process; returns whether torch consults this library's HPU hooks (it does
+// unless something asked torch about HPUs before the library was loaded).
+bool activate() {
+  g_active = true;
+  return dynamic_cast<const HPUHooks*>(&at::detail::getHPUHooks()) != nullptr;
+}
+
 // A forked process drives its own card: it starts empty, and the parent's tensors it inherited are not counted.
 void fresh_card() {
   memory().fresh_card();
@@ -748,6 +758,7 @@ TORCH_LIBRARY(hpu_emu, m) {
   m.def("reset_peak_memory_stats() -> ()", &hpu_nb::reset_peak_memory_stats);
   m.def("configure(int limit, str label) -> ()", &hpu_nb::configure);
   m.def("fresh_card() -> ()", &hpu_nb::fresh_card);
+  m.def("activate() -> bool", &hpu_nb::activate);
   m.def("host_alias(Tensor(a) self) -> Tensor(a)", &hpu_nb::host_alias);
   m.def("register_autocast(str name, str[] overloads, int policy) -> ()", &hpu_nb::register_autocast);
   m.def("clear_autocast() -> ()", &hpu_nb::clear_autocast);

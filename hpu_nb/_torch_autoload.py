@@ -1,0 +1,29 @@
+"""torch's device-backend autoload entry point (group `torch.backends`), run by `import torch` once hpu_nb is installed.
+
+What Habana's software does on a Gaudi since 1.18, hpu_nb does for the emulated Gaudi: by the end of `import torch`,
+`Trainer(accelerator="hpu")` and `habana_frameworks` / `torch.hpu` resolve without `import hpu_nb`, and the emulated
+device's library (when built) is loaded before any code can ask torch which accelerators exist. It costs a few ms
+and touches no device. Off with HPU_NB_AUTOLOAD=0 (or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0).
+"""
+
+from __future__ import annotations
+
+import os
+
+AUTOLOAD_ENV = "HPU_NB_AUTOLOAD"
+
+
+def load() -> None:
+    if os.environ.get(AUTOLOAD_ENV, "1").strip() == "0":
+        return
+    import hpu_nb  # noqa: F401  (Lightning learns "hpu" when imported; the emulated habana_frameworks is findable)
+    from hpu_nb.runtime.emulated_habana import real_habana_spec
+
+    if real_habana_spec() is not None:
+        return  # Habana's software provides the hpu device (its own autoload entry point loads it)
+    from hpu_nb.runtime import hpu_device
+
+    try:
+        hpu_device.load_library_if_built()
+    except Exception:  # noqa: BLE001 - an autoload must never break `import torch`; the device says why when used
+        return
