@@ -31,6 +31,7 @@ class Model(L.LightningModule):
         self.crash_rank, self.crash_step, self.lr = crash_rank, crash_step, lr
         self.samples_seen = 0
         self.first_index_sum = 0.0
+        self.step_devices: set[str] = set()
 
     def forward(self, x):
         return self.net(x)
@@ -39,6 +40,7 @@ class Model(L.LightningModule):
         x, y = batch
         if self.global_rank == self.crash_rank and self.global_step == self.crash_step:
             raise RuntimeError(f"rank {self.global_rank} exploded on purpose at step {self.global_step}")
+        self.step_devices.update({str(x.device), str(self.net[0].weight.device)})
         self.samples_seen += x.shape[0]
         self.first_index_sum += float(x[:, 0].sum())
         loss = torch.nn.functional.mse_loss(self(x).float(), y)
@@ -75,6 +77,15 @@ def make_strategy(spec: str):
 
         return HPUFSDPStrategy(state_dict_type=spec.split(":")[1])
     return spec
+
+
+def _habana_calls() -> dict[str, int]:
+    """How often this rank called into the fake habana_frameworks (when the tests run it on the fake Gaudi)."""
+    fake = sys.modules.get("habana_frameworks._fake")
+    if fake is None:
+        return {}
+    names = ("mark_step", "memory_stats", "initialize_distributed_hpu", "_lazy_init")
+    return {name: fake.STATE.calls.count(name) for name in names}
 
 
 def main() -> int:
@@ -127,6 +138,9 @@ def main() -> int:
         "fit_seconds": time.perf_counter() - start,
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
         "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None) or trainer.optimizers[0]).__name__,
+        "backend": get_backend().name,
+        "step_devices": sorted(model.step_devices),
+        "habana_calls": _habana_calls(),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     if rank == 0:
