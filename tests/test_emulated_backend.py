@@ -137,3 +137,15 @@ def test_device_facts_say_emulated():
     facts = EmulatedBackend(device_count=2).device_facts()
     assert [f.index for f in facts] == [0, 1]
     assert all("emulated" in f.name and f.source == "emulated" for f in facts)
+
+
+def test_settings_changed_after_the_card_started_are_reported_not_silently_shown(monkeypatch):
+    from hpu_nb.runtime.info import collect_info
+
+    backend = runtime.get_backend()
+    monkeypatch.setenv("HPU_NB_MEMORY_LIMIT", "1GiB")  # a running kernel: the card keeps its Limit
+    assert backend.memory_stats()["Limit"] == 96 * 2**30
+    info = collect_info(backend)
+    assert info.devices[0].memory_total == 96 * 2**30
+    assert any("HPU_NB_MEMORY_LIMIT was changed after the emulated card started and is not in force" in p
+               and "1073741824" in p for p in info.problems)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+import time
+
 import pytest
 
 from hpu_nb.notebook.info import HPUInfoReport, parse_args, render_html, render_text

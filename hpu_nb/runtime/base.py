@@ -125,6 +125,10 @@ class DeviceBackend(ABC):
     def synchronize(self) -> None:
         self._hthpu.synchronize()
 
+    def settings_not_in_force(self) -> list[str]:
+        """Environment settings changed since the device started, which it does not follow (each said in a sentence)."""
+        return []
+
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""
         kind = "emulated Gaudi on the CPU" if self.is_emulated else "Intel Gaudi"

@@ -62,6 +62,21 @@ class EmulatedBackend(DeviceBackend):
     def versions(self) -> Versions:
         return _versions_of_python_stack()
 
+    def settings_not_in_force(self) -> list[str]:
+        """HPU_NB_DEVICE / _MEMORY_LIMIT / _DEVICE_COUNT changed after the emulated card started: it keeps its own."""
+        try:
+            wanted = hpu_device.config_from_environment()
+        except ValueError as err:
+            return [f"The environment now asks for an invalid emulated card ({err}); the card keeps its settings."]
+        card, notes = self.card, []
+        for name, now, asked in (("HPU_NB_DEVICE", card.generation.key, wanted.generation.key),
+                                 ("HPU_NB_MEMORY_LIMIT", card.memory_limit, wanted.memory_limit),
+                                 ("HPU_NB_DEVICE_COUNT", card.device_count, wanted.device_count)):
+            if now != asked:
+                notes.append(f"{name} was changed after the emulated card started and is not in force: the card keeps"
+                             f" {now!r} (the environment asks for {asked!r}); restart the kernel / process to apply it.")
+        return notes
+
     def device_facts(self, timeout: float = 2.0) -> list[DeviceFacts]:
         """Every card of the emulated machine; memory in use is known for the card this process drives (hpu:0)."""
         stats = self.memory_stats()

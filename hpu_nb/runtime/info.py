@@ -1,8 +1,8 @@
 """Everything %hpu_info shows, collected as plain data (no IPython, no Lightning), fast and without exceptions.
 
 Collecting never raises: a failing or hanging device tool degrades to what the runtime knows, and each problem is
-kept in `HPUInfo.problems` so the report can say what is missing and why. On the emulated backend nothing here
-imports torch or starts a subprocess, so it returns in milliseconds.
+kept in `HPUInfo.problems` so the report can say what is missing and why (settings changed after the device started,
+which it does not follow, are reported there too). On the emulated backend nothing here starts a subprocess.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
         problems.append(f"versions unavailable: {type(err).__name__}: {err}")
         versions = Versions()
     stats = _process_memory(backend, problems)
+    problems += backend.settings_not_in_force()
     devices = []
     for fact in facts:
         if fact.index == 0:  # the card this process drives: its own counters are better than the tool's
