@@ -51,10 +51,10 @@ def test_device_tensors_are_moved_to_cpu_before_saving(tmp_path, monkeypatch):
         """A tensor that claims to live on an HPU, to check we call .cpu() on it."""
 
         @property
-        def device(self):  # noqa: ANN201
+        def device(self):
             return torch.device("hpu")
 
-        def cpu(self, *a, **k):  # noqa: ANN002, ANN003, ANN201
+        def cpu(self, *a, **k):
             moved.append(True)
             return real_cpu(self.as_subclass(torch.Tensor))
 

@@ -181,3 +181,26 @@ def test_fork_launcher_leaves_no_worker_after_an_interrupt(tmp_path, signum):
     code, _ = finish(proc)
     assert code != 0
     assert_no_process_left(out)
+
+
+def test_lightning_launcher_internals_we_build_on_are_unchanged():
+    """Tripwire: the launchers subclass Lightning's and rely on these details; an upgrade that changes them fails here."""
+    import inspect
+
+    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+    from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+    from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
+
+    script_launch = inspect.getsource(_SubprocessScriptLauncher.launch)
+    assert "self._call_children_scripts()" in script_launch and "return function(*args, **kwargs)" in script_launch
+    children = inspect.getsource(_SubprocessScriptLauncher._call_children_scripts)
+    assert "env_copy = os.environ.copy()" in children and "self.procs.append(new_process)" in children  # our env var
+    fork_launch = inspect.getsource(_MultiProcessingLauncher.launch)
+    assert "self.procs = process_context.processes" in fork_launch and "self._wrapping_function" in fork_launch
+    assert list(inspect.signature(_MultiProcessingLauncher._wrapping_function).parameters)[:4] == [
+        "self", "process_idx", "trainer", "function"
+    ]
+    # Lightning keeps a SIGTERM handler installed before fit (ours) and calls it after its own
+    assert "sigterm_handlers.append(signal.getsignal(signal.SIGTERM))" in inspect.getsource(
+        _SignalConnector.register_signal_handlers
+    )

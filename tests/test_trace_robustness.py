@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from hpu_nb import traces
-from hpu_nb.traces import TraceLoadWarning
-from hpu_nb.traces import _parse
+from hpu_nb.traces import TraceLoadWarning, _parse
 from hpu_nb.traces._parse import MAX_TIME_US, parse_file
 
 N = 300

@@ -10,7 +10,7 @@ import shutil
 import socket
 import tempfile
 import zipfile
-from typing import Any, Optional
+from typing import Any
 
 import psutil
 import torch
@@ -23,7 +23,6 @@ from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
 
-
 __all__ = ["HPUCheckpointIO", "InvalidCheckpointError"]
 
 
@@ -31,7 +30,7 @@ class HPUCheckpointIO(TorchCheckpointIO):
     """Saves with CPU tensors (loadable anywhere) and never leaves a half-written file in place of the old one."""
 
     @override
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(
                 f"HPUCheckpointIO does not support `storage_options` (got {storage_options!r}): it writes local or fsspec"
@@ -49,8 +48,8 @@ class HPUCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self,
         path: _PATH,
-        map_location: Optional[Any] = None,
-        weights_only: Optional[bool] = None,
+        map_location: Any | None = None,
+        weights_only: bool | None = None,
     ) -> dict[str, Any]:
         """Load a checkpoint; tensors land on this process's HPU unless `map_location` says otherwise."""
         fs = get_filesystem(path)

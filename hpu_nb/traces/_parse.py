@@ -617,7 +617,7 @@ class _Parser:
         if not piece:
             self.stats.truncated = True
             return b""
-        consumed, closed_at = self._decode_events(piece, final=True)
+        _, closed_at = self._decode_events(piece, final=True)
         if closed_at is None:
             self.stats.truncated = True
             return b""

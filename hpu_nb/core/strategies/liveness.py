@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+from typing_extensions import Self
+
 TIMEOUT_ENV = "HPU_NB_COLLECTIVE_TIMEOUT"
 DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 PARENT_PID_ENV = "HPU_NB_LAUNCHER_PID"  # set for the ranks a launcher starts: they die with that process
@@ -295,7 +297,7 @@ class TerminationGuard:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
 
-    def __enter__(self) -> TerminationGuard:
+    def __enter__(self) -> Self:
         if threading.current_thread() is not threading.main_thread():
             return self
         self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -347,7 +349,7 @@ class TerminationGuard:
                     os._exit(128 + self.signalled)
                 return
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._done.set()
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
