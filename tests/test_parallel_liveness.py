@@ -204,3 +204,28 @@ def test_lightning_launcher_internals_we_build_on_are_unchanged():
     assert "sigterm_handlers.append(signal.getsignal(signal.SIGTERM))" in inspect.getsource(
         _SignalConnector.register_signal_handlers
     )
+
+
+_IGNORED_TIMEOUT = """
+import time
+from datetime import timedelta
+from torch.distributed import TCPStore
+from hpu_nb.core.strategies import liveness
+liveness.BACKSTOP_GRACE_S = 1.0
+store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the job's store, as rank 0 hosts it
+progress = liveness.RankProgress(rank=0, world_size=2, timeout=timedelta(seconds=2))
+progress.start("127.0.0.1", store.port)
+with progress.track("training_step"), progress.track("barrier"):
+    time.sleep(600)  # a collective whose backend never gives up
+"""
+
+
+def test_a_collective_that_outlives_its_timeout_ends_the_rank(tmp_path):
+    """The backstop, for a backend that would not honour its timeout: the rank says why and ends."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _IGNORED_TIMEOUT], stderr=subprocess.PIPE, text=True, env=env)
+    code, stderr = finish(proc)
+    assert code == 1
+    assert "the collective backend did not end the wait at its 2 s timeout" in stderr
+    assert "rank 0 waited for the other ranks in barrier (in training_step #1)" in stderr
+    assert "Rank 1 sent no progress report" in stderr

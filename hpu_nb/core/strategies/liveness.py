@@ -8,6 +8,8 @@ How it works (used by every multi-card HPU strategy through `HPUParallelMixin` a
   and a daemon thread writes that note to the job's c10d store every few seconds. When a collective fails, the rank
   that saw it reads every rank's note and raises `StuckRankError` naming the rank that did not answer and what it was
   doing ("in training_step for 301 s", or "no report for 40 s: dead or frozen").
+- **A backstop.** Should a backend not honour its timeout, the reporting thread ends a rank that has waited in one
+  collective for the timeout plus a minute, after printing the same diagnosis.
 - **No leftovers.** The process that started the others kills them when the run fails or is interrupted; a SIGTERM
   reaches it even while its main thread is blocked inside a collective (a wakeup fd read by a thread); the other
   ranks turn SIGTERM into an exit; and every started rank dies with its parent (Linux `PR_SET_PDEATHSIG`).
@@ -36,6 +38,7 @@ PARENT_PID_ENV = "HPU_NB_LAUNCHER_PID"  # set for the ranks a launcher starts: t
 KEY_PREFIX = "hpu_nb/progress/"
 COLLECTIVE_PHASES = frozenset({"backward", "barrier", "broadcast", "reduce", "all_gather", "process group"})
 KILL_GRACE_S = 5.0  # how long a rank gets to end after SIGTERM before SIGKILL
+BACKSTOP_GRACE_S = 60.0  # a collective still waiting this long past the timeout: the backend ignored it; end the rank
 
 _COMMUNICATION_FAILURE = re.compile(
     r"timed out|timeout|connection (closed|reset|refused)|broken pipe|socket|peer", re.IGNORECASE
@@ -152,8 +155,28 @@ class RankProgress:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            overdue = self._overdue_collective()
+            if overdue is not None:
+                self._abort(overdue)
             if not self._publish():
                 return
+
+    def _overdue_collective(self) -> float | None:
+        """Seconds this rank has been inside one collective, when that is past the timeout plus BACKSTOP_GRACE_S."""
+        stack = list(self._stack)
+        if not stack or stack[-1][0] not in COLLECTIVE_PHASES:
+            return None
+        waited = time.monotonic() - stack[-1][2]
+        return waited if waited > self.timeout.total_seconds() + BACKSTOP_GRACE_S else None
+
+    def _abort(self, waited: float) -> None:
+        """The backend did not end a collective at its timeout: say who did not answer, and end this process."""
+        cause = (
+            f"the collective backend did not end the wait at its {self.timeout.total_seconds():.0f} s timeout"
+            f" ({waited:.0f} s so far)"
+        )
+        print(f"hpu_nb: {self.describe(self.snapshot(), cause)}", file=sys.stderr, flush=True)
+        os._exit(1)
 
     def stop(self) -> None:
         self._stop.set()
@@ -178,6 +201,10 @@ class RankProgress:
         mine = self.failed_in or self.snapshot()
         if not is_communication_failure(err, mine["phase"]):
             return None
+        return StuckRankError(self.describe(mine, f"{type(err).__name__}: {_first_line(err)}"))
+
+    def describe(self, mine: dict[str, Any], cause: str) -> str:
+        """Which rank(s) did not answer and what they were doing, from every rank's last report."""
         reports = self.reports() if self._store is not None else {}
         others = {r: rep for r, rep in reports.items() if r != self.rank}
         stale_after = max(3 * self.interval, 10.0)
@@ -209,11 +236,11 @@ class RankProgress:
         else:
             head = "the other ranks' progress reports could not be read."
         also = f" Also waiting: {', '.join(waiting)}." if culprits and waiting else ""
-        return StuckRankError(
+        return (
             f"The multi-device run stopped: rank {self.rank} waited for the other ranks in {_where(mine)} and gave up"
-            f" ({type(err).__name__}: {_first_line(err)}). {head[0].upper()}{head[1:]}{also} Every rank's collectives"
-            f" wait at most {timeout_s:.0f} s: set HPUParallelStrategy(timeout=timedelta(seconds=...)) or"
-            f" {TIMEOUT_ENV}=<seconds> if a step legitimately takes longer (a long checkpoint save on one rank)."
+            f" ({cause}). {head[0].upper()}{head[1:]}{also} Every rank's collectives wait at most {timeout_s:.0f} s:"
+            f" set HPUParallelStrategy(timeout=timedelta(seconds=...)) or {TIMEOUT_ENV}=<seconds> if a step"
+            " legitimately takes longer (a long checkpoint save on one rank)."
         )
 
 
@@ -305,14 +332,11 @@ class TerminationGuard:
         os.set_blocking(write_fd, False)
         try:
             previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        except ValueError:
+        except ValueError:  # not possible here: the Python handler alone will do
             previous_fd = None
-        if previous_fd not in (-1, None):  # someone else (an event loop) owns the wakeup fd: leave it to them
-            signal.set_wakeup_fd(previous_fd)
-            os.close(read_fd)
-            os.close(write_fd)
-            return self
-        if previous_fd is None:
+        if previous_fd != -1:  # unavailable, or owned by someone else (an event loop): leave it to them
+            if previous_fd is not None:
+                signal.set_wakeup_fd(previous_fd)
             os.close(read_fd)
             os.close(write_fd)
             return self
