@@ -112,12 +112,13 @@ class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
         if self._start_method in ("fork", "forkserver"):
             hpu_dist.check_fork_allowed()
         self._parent_pid = os.getpid()
+        self.procs = []  # this launch's workers only: never signal a pid left from an earlier launch
         try:
             return super().launch(function, *args, trainer=trainer, **kwargs)
         except BaseException:
             # KeyboardInterrupt (a notebook's interrupt), SIGTERM turned into an exception, or a failed worker
             # (torch has stopped the others then): no worker may outlive this call.
-            liveness.stop_processes([p.pid for p in getattr(self, "procs", []) if p.pid is not None])
+            liveness.stop_processes([p.pid for p in self.procs if p.pid is not None and p.is_alive()])
             raise
 
     @override
