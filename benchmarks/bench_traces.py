@@ -6,8 +6,11 @@
 3. Loads it with `json.load` and with `hpu_nb.traces.load`, each in a fresh subprocess (so peak RSS
    is clean), alternating, best of N; prints the time ratio and peak memory / file size.
 4. Prints the bytes the viewer sends for the full view and for a zoomed (one-step) view.
+5. Malformed events: a ~600k-event tile of the same trace, clean and with ONE bad event in its middle (NaN,
+   Infinity, a lone surrogate, a raw newline, deeply nested args), loaded side by side: time and peak-memory ratios
+   against the clean file (bound: <= 1.2x), and the events kept.
 
-    .venv/bin/python benchmarks/bench_traces.py [--events 1000000] [--repeat 2] [--keep DIR]
+    .venv/bin/python benchmarks/bench_traces.py [--events 1000000] [--malformed-events 600000] [--repeat 2] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -129,6 +132,54 @@ def tile_trace(src: str, dst: str, target_events: int) -> int:
     return n
 
 
+BAD_EVENTS = {
+    "NaN": '{"ph": "X", "name": "bad", "cat": "cpu_op", "ts": NaN, "dur": 1, "pid": 1, "tid": 1}',
+    "Infinity": '{"ph": "X", "name": "bad", "cat": "cpu_op", "ts": 1, "dur": Infinity, "pid": 1, "tid": 1}',
+    "lone surrogate": '{"ph": "X", "name": "bad\\ud800", "cat": "cpu_op", "ts": 1, "dur": 1, "pid": 1, "tid": 1}',
+    "raw newline": '{"ph": "X", "name": "bad\nname", "cat": "cpu_op", "ts": 1, "dur": 1, "pid": 1, "tid": 1}',
+    "nested args": '{"ph": "X", "name": "bad", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {"a": '
+    + "[" * 100_000
+    + "]" * 100_000
+    + "}}",
+}
+
+
+def with_one_bad_event(src: str, dst: str, bad: str) -> None:
+    """Copy `src` (one event per line), replacing the event line in the middle of the file with `bad`."""
+    with open(src) as fh:
+        lines = fh.readlines()
+    middle = len(lines) // 2
+    while not lines[middle].startswith("  {"):
+        middle += 1
+    lines[middle] = "  " + bad + ("," if lines[middle].rstrip().endswith(",") else "") + "\n"
+    with open(dst, "w") as out:
+        out.writelines(lines)
+
+
+def malformed_vs_clean(work: str, small: str, events: int, repeat: int) -> None:
+    """Load time and peak memory of a trace with one bad event vs the same trace clean, side by side."""
+    clean = os.path.join(work, "clean.pt.trace.json")
+    n = tile_trace(small, clean, events)
+    variants = {}
+    for kind, bad in BAD_EVENTS.items():
+        variants[kind] = os.path.join(work, f"bad_{len(variants)}.pt.trace.json")
+        with_one_bad_event(clean, variants[kind], bad)
+    print(f"malformed events: {n:,}-event trace ({os.path.getsize(clean) / 2**20:.0f} MiB), one bad event in its middle")
+    for kind, path in variants.items():
+        runs: dict[str, list[dict]] = {"clean": [], "bad": []}
+        for _ in range(repeat):
+            runs["clean"].append(measure("hpu_nb", clean))
+            runs["bad"].append(measure("hpu_nb", path))
+        best = {k: min(r, key=lambda x: x["seconds"]) for k, r in runs.items()}
+        c, b = best["clean"], best["bad"]
+        print(
+            f"  {kind:15s} time {b['seconds']:.2f} s vs {c['seconds']:.2f} s = {b['seconds'] / c['seconds']:.2f}x, "
+            f"peak memory {b['peak_mb']:.0f} vs {c['peak_mb']:.0f} MiB = {b['peak_mb'] / c['peak_mb']:.2f}x  "
+            f"(bound: <= 1.2x); events {b['events']:,} of {c['events']:,}"
+        )
+        os.remove(path)
+
+
 def measure(mode: str, path: str) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(
@@ -142,6 +193,7 @@ def measure(mode: str, path: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--malformed-events", type=int, default=600_000, help="events of the malformed-vs-clean trace")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each loader (best is kept); 2+ on a busy machine")
     ap.add_argument("--keep", help="write the trace into this folder and keep it")
     args = ap.parse_args()
@@ -214,6 +266,9 @@ def main() -> None:
             f"zoomed view (one step, {fmt(step.duration_ns)}): {zoom.nbytes:,} bytes "
             f"({zoom.meta['n']:,} items for {zoom.meta['spans_in_view']:,} spans), {t_zoom * 1000:.0f} ms"
         )
+        del trace, index
+        os.remove(big)
+        malformed_vs_clean(work, small, args.malformed_events, args.repeat)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

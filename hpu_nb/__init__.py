@@ -30,6 +30,8 @@ _EXPORTS: dict[str, str] = {
     "DelayedScaling": "hpu_nb.core.fp8",
     "Format": "hpu_nb.core.fp8",
     "HPUCheckpointIO": "hpu_nb.core.checkpoint_io",
+    "InvalidCheckpointError": "hpu_nb.core.checkpoint_io",
+    "StuckRankError": "hpu_nb.core.strategies.liveness",
     "HPUProfiler": "hpu_nb.core.profiler",
     "TrainerConfig": "hpu_nb.core.trainer_config",
     "MemoryMonitor": "hpu_nb.notebook.memory_monitor",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -14,6 +16,8 @@ import pytest
 import torch
 
 from hpu_nb import HPUCheckpointIO
+from hpu_nb.core import checkpoint_io
+from hpu_nb.core.checkpoint_io import InvalidCheckpointError
 from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
 
 
@@ -47,10 +51,10 @@ def test_device_tensors_are_moved_to_cpu_before_saving(tmp_path, monkeypatch):
         """A tensor that claims to live on an HPU, to check we call .cpu() on it."""
 
         @property
-        def device(self):  # noqa: ANN201
+        def device(self):
             return torch.device("hpu")
 
-        def cpu(self, *a, **k):  # noqa: ANN002, ANN003, ANN201
+        def cpu(self, *a, **k):
             moved.append(True)
             return real_cpu(self.as_subclass(torch.Tensor))
 
@@ -63,6 +67,8 @@ def test_device_tensors_are_moved_to_cpu_before_saving(tmp_path, monkeypatch):
 _SAVER = """
 import sys, torch
 from hpu_nb import HPUCheckpointIO
+from hpu_nb.core import checkpoint_io
+from hpu_nb.core.checkpoint_io import InvalidCheckpointError
 path = sys.argv[1]
 big = {"w": torch.full((64, 1024, 1024), 2.0)}  # 256 MiB: long enough to be killed mid-write
 print("saving", flush=True)
@@ -92,6 +98,98 @@ def test_killing_a_saving_process_never_corrupts_the_previous_checkpoint(tmp_pat
         assert torch.equal(loaded["w"].cpu(), torch.full((4,), 1.0))
     else:
         assert loaded["w"].shape == (64, 1024, 1024) and bool((loaded["w"] == 2.0).all())
+
+
+def test_the_next_save_removes_the_temp_file_a_killed_saver_left(tmp_path):
+    path = tmp_path / "last.ckpt"
+    HPUCheckpointIO().save_checkpoint({"w": torch.full((4,), 1.0), "version": 1}, path)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "saving"
+        deadline = time.monotonic() + 60
+        while not (leftovers := [p for p in tmp_path.iterdir() if p.name.endswith(".tmp") and p.stat().st_size > 1 << 20]):
+            assert time.monotonic() < deadline, "the saver never started writing"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert all(p.exists() for p in leftovers)  # the crash left its temporary file, as a crash does
+    assert leftovers[0].name.startswith(".last.ckpt.")
+
+    # a temporary file of a live process (another saver) is not touched
+    live = tmp_path / f".last.ckpt.{checkpoint_io._HOST}-{os.getppid()}.abc123.tmp"
+    live.write_bytes(b"being written")
+    # a temporary file of another checkpoint is not touched either
+    other = tmp_path / f".other.ckpt.{checkpoint_io._HOST}-{proc.pid}.abc123.tmp"
+    other.write_bytes(b"x")
+
+    HPUCheckpointIO().save_checkpoint({"w": torch.full((4,), 3.0), "version": 3}, path)
+    assert not any(p.exists() for p in leftovers)
+    assert live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last.ckpt", live.name, other.name])
+    assert HPUCheckpointIO().load_checkpoint(path)["version"] == 3
+
+
+def test_a_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """The temporary file is opened on /dev/full: every write fails with the kernel's real ENOSPC."""
+    path = tmp_path / "model.ckpt"
+    HPUCheckpointIO().save_checkpoint({"version": 1}, path)
+    before = path.read_bytes()
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp_on_a_full_disk(*args, **kwargs):
+        fd, name = real_mkstemp(*args, **kwargs)
+        os.close(fd)
+        return os.open("/dev/full", os.O_WRONLY), name
+
+    monkeypatch.setattr(checkpoint_io.tempfile, "mkstemp", mkstemp_on_a_full_disk)
+    with pytest.raises(OSError, match="disk is full") as info:
+        HPUCheckpointIO().save_checkpoint({"w": torch.ones(1000)}, path)
+    message = str(info.value)
+    assert info.value.errno == errno.ENOSPC
+    assert str(path) in message and "disk mounted at /" in message and "free of" in message
+    assert "previous checkpoint at that path, if any, is intact" in message
+    assert "inline_container" not in message
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.ckpt"]
+
+
+def test_an_empty_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "empty.ckpt"
+    path.write_bytes(b"")
+    with pytest.raises(InvalidCheckpointError, match=r"empty.ckpt: the file is empty \(0 bytes\)"):
+        HPUCheckpointIO().load_checkpoint(path)
+
+
+def test_a_garbage_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "garbage.ckpt"
+    path.write_bytes(b"GARBAGE!" * 100)
+    with pytest.raises(InvalidCheckpointError, match=r"garbage.ckpt: the file \(800 bytes, first bytes b'GARB'\) is not") as info:
+        HPUCheckpointIO().load_checkpoint(path)
+    assert "weights_only" not in str(info.value)
+
+
+def test_a_checkpoint_cut_short_is_a_clear_error(tmp_path):
+    path = tmp_path / "cut.ckpt"
+    HPUCheckpointIO().save_checkpoint({"w": torch.ones(1000)}, path)
+    path.write_bytes(path.read_bytes()[:1500])
+    with pytest.raises(InvalidCheckpointError, match=r"cut.ckpt: the file \(1,500 bytes\) is a PyTorch checkpoint cut short"):
+        HPUCheckpointIO().load_checkpoint(path)
+
+
+def test_a_valid_checkpoint_keeps_torchs_own_advice(tmp_path):
+    """A real checkpoint holding a custom class: torch's weights_only advice is the right one there."""
+    path = tmp_path / "custom.ckpt"
+    HPUCheckpointIO().save_checkpoint({"obj": _Custom()}, path)
+    with pytest.raises(Exception, match="weights_only") as info:
+        HPUCheckpointIO().load_checkpoint(path, weights_only=True)
+    assert not isinstance(info.value, InvalidCheckpointError)
+    assert isinstance(HPUCheckpointIO().load_checkpoint(path, weights_only=False)["obj"], _Custom)
+
+
+class _Custom:
+    pass
 
 
 def test_trainer_checkpoints_resume_on_hpu(tmp_path):

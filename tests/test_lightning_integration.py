@@ -86,11 +86,29 @@ def test_bad_devices_are_clear_errors(devices):
         L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", devices=devices))
 
 
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        ([0, 99], r"names HPU 99, but the valid indices are 0\.\.7 \(8 card"),
+        ([0, -1], r"names HPU -1, but the valid indices are 0\.\.7"),
+        ([0, 0], r"lists HPU 0 more than once: each rank needs a card of its own.*devices=1"),
+        ([1, 1, 0], r"lists HPU 1 more than once"),
+        ([2, 3], r"must be 0\.\.1.*HABANA_VISIBLE_MODULES=2,3 and pass devices=2"),
+        ([0, "1"], r"non-empty list of HPU indices"),
+    ],
+)
+def test_device_index_lists_are_validated(monkeypatch, devices, message):
+    monkeypatch.setenv("HPU_NB_DEVICE_COUNT", "8")
+    with pytest.raises(MisconfigurationException, match=message):
+        L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", devices=devices))
+
+
 def test_device_parsing():
     assert HPUAccelerator.parse_devices(2) == 2
     assert HPUAccelerator.parse_devices("3") == 3
     assert HPUAccelerator.parse_devices("auto") == 1  # one emulated card unless HPU_NB_DEVICE_COUNT says otherwise
     assert HPUAccelerator.parse_devices([0, 1]) == 2
+    assert HPUAccelerator.parse_devices([1, 0]) == 2  # any order of the ranks' own cards
 
 
 def test_auto_device_count_follows_explicit_count(monkeypatch):

@@ -1,4 +1,5 @@
-"""Multi-card training from inside a Jupyter kernel (fork launcher): results come back, a crashing rank fails fast."""
+"""Multi-card training from inside a Jupyter kernel (fork launcher): results come back, a crashing rank fails fast, a
+stuck rank ends the cell with its name and leaves no worker behind."""
 
 from __future__ import annotations
 
@@ -59,3 +60,42 @@ def test_two_cards_from_a_notebook_kernel():
 
 def _stdout(cell) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+
+
+STUCK = """
+import os, glob
+os.environ["HPU_NB_COLLECTIVE_TIMEOUT"] = "20"
+out = {out!r}
+start = time.monotonic()
+try:
+    trainer().fit(Model(stuck_rank=1, stuck_step=1, out=out), data())
+    outcome = "no error"
+except Exception as err:
+    outcome = f"{{type(err).__name__}}: {{err}}"
+pids = {{os.path.basename(p): int(open(p).read()) for p in glob.glob(os.path.join(out, "*.pid"))}}
+import psutil  # the process table, while this kernel still runs
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+deadline = time.monotonic() + 30
+while (left := [p for p in pids.values() if alive(p)]) and time.monotonic() < deadline:
+    time.sleep(0.5)
+children = [c.pid for c in psutil.Process().children(recursive=True) if alive(c.pid)]
+print(json.dumps({{"outcome": outcome, "pids": pids, "left": left, "children": children}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)  # a safety net: the collective timeout is 20 s
+def test_a_stuck_rank_ends_the_cell_named_and_leaves_no_worker(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (SETUP, STUCK.format(out=str(tmp_path)))])
+    nbclient.NotebookClient(nb, timeout=360, kernel_name="python3").execute()
+    result = json.loads(_stdout(nb.cells[1]).strip().splitlines()[-1])
+    stuck = result["pids"]["stuck1.pid"]
+    assert "StuckRankError" in result["outcome"]
+    assert f"Rank 1 (pid {stuck} on" in result["outcome"] and "did not answer" in result["outcome"]
+    workers = [pid for name, pid in result["pids"].items() if name.startswith("rank")]
+    assert len(workers) == 2 and stuck in workers
+    assert result["left"] == [] and result["children"] == []  # checked inside the kernel, before it shut down

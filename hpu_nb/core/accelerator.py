@@ -112,13 +112,12 @@ def _device_index(device: _DEVICE) -> int:
 
 
 def _parse_hpus(devices: Any) -> int:
+    """Number of HPUs from an int, a digit string, "auto" / -1 or a list of card indices; a clear error otherwise."""
     available = get_backend().device_count()
     if isinstance(devices, bool):
         raise MisconfigurationException(f"`devices={devices!r}` is not a number of HPUs: pass an int, e.g. devices=1.")
     if isinstance(devices, (list, tuple)):
-        if not devices or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
-            raise MisconfigurationException(f"`devices={devices!r}` must be a non-empty list of HPU indices.")
-        count = len(devices)
+        return _check_hpu_indices(devices, available)
     elif isinstance(devices, str):
         text = devices.strip().lower()
         if text == "auto" or text == "-1":
@@ -145,3 +144,34 @@ def _parse_hpus(devices: Any) -> int:
             f"`devices={devices!r}` asks for {count} HPUs but only {available} are available ({backend.describe()}).{hint}"
         )
     return count
+
+
+def _check_hpu_indices(devices: list[Any] | tuple[Any, ...], available: int) -> int:
+    """A list of card indices: each in range, none twice, and 0..n-1 (each rank drives the card of its local rank).
+
+    Card choice on a Gaudi follows the local rank (Habana's HLS_MODULE_ID / HABANA_VISIBLE_MODULES), so a list
+    naming other cards could not be honoured: it is refused rather than silently run on cards 0..n-1.
+    """
+    if not devices or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+        raise MisconfigurationException(f"`devices={devices!r}` must be a non-empty list of HPU indices (ints).")
+    backend = get_backend()
+    out_of_range = sorted({d for d in devices if not 0 <= d < available})
+    if out_of_range:
+        hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
+        raise MisconfigurationException(
+            f"`devices={list(devices)!r}` names HPU {', '.join(map(str, out_of_range))}, but the valid indices are"
+            f" 0..{available - 1} ({available} card(s), {backend.describe()}).{hint}"
+        )
+    duplicates = sorted({d for d in devices if list(devices).count(d) > 1})
+    if duplicates:
+        raise MisconfigurationException(
+            f"`devices={list(devices)!r}` lists HPU {', '.join(map(str, duplicates))} more than once: each rank needs a"
+            f" card of its own. Pass distinct indices, or devices={len(set(devices))}."
+        )
+    if sorted(devices) != list(range(len(devices))):
+        raise MisconfigurationException(
+            f"`devices={list(devices)!r}`: each rank drives the card of its local rank, so a list of indices must be"
+            f" 0..{len(devices) - 1}. To train on cards {', '.join(map(str, sorted(devices)))}, set"
+            f" HABANA_VISIBLE_MODULES={','.join(map(str, sorted(devices)))} and pass devices={len(devices)}."
+        )
+    return len(devices)

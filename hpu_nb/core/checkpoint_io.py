@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
+import shutil
+import socket
 import tempfile
-from typing import Any, Optional
+import zipfile
+from typing import Any
 
+import psutil
 import torch
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.cloud_io import _atomic_save, get_filesystem
 from lightning.fabric.utilities.cloud_io import _load as pl_load
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io.torch_plugin import TorchCheckpointIO
+from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
+
+__all__ = ["HPUCheckpointIO", "InvalidCheckpointError"]
 
 
 class HPUCheckpointIO(TorchCheckpointIO):
     """Saves with CPU tensors (loadable anywhere) and never leaves a half-written file in place of the old one."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(
                 f"HPUCheckpointIO does not support `storage_options` (got {storage_options!r}): it writes local or fsspec"
@@ -33,11 +44,12 @@ class HPUCheckpointIO(TorchCheckpointIO):
             return
         _atomic_local_save(checkpoint, os.fspath(path))
 
+    @override
     def load_checkpoint(
         self,
         path: _PATH,
-        map_location: Optional[Any] = None,
-        weights_only: Optional[bool] = None,
+        map_location: Any | None = None,
+        weights_only: bool | None = None,
     ) -> dict[str, Any]:
         """Load a checkpoint; tensors land on this process's HPU unless `map_location` says otherwise."""
         fs = get_filesystem(path)
@@ -45,7 +57,50 @@ class HPUCheckpointIO(TorchCheckpointIO):
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if map_location is None:
             map_location = get_backend().root_device()
-        return pl_load(path, map_location=map_location, weights_only=weights_only)
+        try:
+            return pl_load(path, map_location=map_location, weights_only=weights_only)
+        except Exception as err:
+            problem = _unreadable_reason(fs, path) if _is_local(fs) else None
+            if problem is None:
+                raise
+            raise InvalidCheckpointError(f"Cannot load the checkpoint {path}: {problem}") from err
+
+
+class InvalidCheckpointError(RuntimeError):
+    """A checkpoint file that is empty, cut short or not a PyTorch checkpoint at all."""
+
+
+_ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since torch 1.6
+_PICKLE_PROTO = b"\x80"  # the legacy format starts with a pickled magic number
+
+
+def _unreadable_reason(fs: Any, path: _PATH) -> str | None:
+    """Why a local checkpoint file cannot be a checkpoint, from its bytes; None when it looks like one.
+
+    Only called after torch.load failed: a file that looks right keeps torch's own error (e.g. its advice about
+    `weights_only` for a checkpoint holding custom classes, which is the right advice there).
+    """
+    size = fs.size(path)
+    with fs.open(path, "rb") as handle:
+        head = handle.read(4)
+    if size == 0:
+        return (
+            "the file is empty (0 bytes): its save never completed (a crash, a full disk, or a copy that failed)."
+            " Use an earlier checkpoint, or train again."
+        )
+    if head.startswith(_ZIP_MAGIC):
+        if not zipfile.is_zipfile(os.fspath(path)):
+            return (
+                f"the file ({size:,} bytes) is a PyTorch checkpoint cut short or corrupted (its zip directory is"
+                " missing): it was not written completely, or was damaged in a copy. Use an earlier checkpoint."
+            )
+        return None
+    if head.startswith(_PICKLE_PROTO):
+        return None
+    return (
+        f"the file ({size:,} bytes, first bytes {head!r}) is not a PyTorch checkpoint: torch.save writes a zip"
+        " archive. Check the path; if it is a checkpoint, it was overwritten or damaged."
+    )
 
 
 def _is_local(fs: Any) -> bool:
@@ -58,20 +113,35 @@ def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _atomic_local_save(checkpoint: dict[str, Any], path: str) -> None:
-    """Write to a temporary file beside `path`, fsync it, then rename over `path` (atomic on POSIX)."""
+    """Write to a temporary file beside `path`, fsync it, then rename over `path` (atomic on POSIX).
+
+    The temporary file is named after this host and process (`.<name>.<host>-<pid>.<random>.tmp`), so the next save of
+    the same checkpoint can remove what a crashed (killed) saver left behind without touching a live one's file.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    base = os.path.basename(path)
+    _remove_stale_temp_files(directory, base)
+    fd, tmp_path = tempfile.mkstemp(prefix=f".{base}.{_HOST}-{os.getpid()}.", suffix=".tmp", dir=directory)
+    _WRITING.add(tmp_path)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(checkpoint, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with os.fdopen(fd, "wb") as handle:  # closing flushes: a full disk can fail there too
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except Exception as err:
+            os_error = _os_error_in(err)
+            if os_error is None:
+                raise
+            raise _write_error(path, directory, os_error) from err
         os.replace(tmp_path, path)
     except BaseException:
         if os.path.exists(tmp_path):
             os.unlink(tmp_path)
         raise
+    finally:
+        _WRITING.discard(tmp_path)
     try:  # make the rename itself durable
         dir_fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -82,3 +152,74 @@ def _atomic_local_save(checkpoint: dict[str, Any], path: str) -> None:
         os.close(dir_fd)
 
 
+_WRITING: set[str] = set()  # temporary files this process is writing now (saves may run in a thread)
+_HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+
+
+def _remove_stale_temp_files(directory: str, base: str) -> None:
+    """Delete temporary files of `base` whose saving process (on this host) no longer exists: a crash mid-save."""
+    pattern = re.compile(rf"^\.{re.escape(base)}\.{re.escape(_HOST)}-(\d+)\.[A-Za-z0-9_]+\.tmp$")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.match(name)
+        full = os.path.join(directory, name)
+        if match is None or full in _WRITING or _process_exists(int(match.group(1))):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(full)
+
+
+def _process_exists(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours and not in _WRITING: left by an earlier save of this process that was interrupted
+    return psutil.pid_exists(pid)
+
+
+def _os_error_in(err: BaseException) -> OSError | None:
+    """The OSError behind a failed write: itself, or the one torch's writer hit and replaced with its own message."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _write_error(path: str, directory: str, err: OSError) -> OSError:
+    """An OSError that names the checkpoint, the disk and its free space, and says the previous checkpoint is intact."""
+    mount = _mount_point(directory)
+    try:
+        usage = shutil.disk_usage(directory)
+        space = f"{_fmt_bytes(usage.free)} free of {_fmt_bytes(usage.total)}"
+    except OSError:
+        space = "free space unknown"
+    reason = "the disk is full" if err.errno == errno.ENOSPC else (err.strerror or str(err))
+    return OSError(
+        err.errno,
+        f"Could not write the checkpoint {path}: {reason} (disk mounted at {mount}, {space})."
+        " Nothing was replaced: the previous checkpoint at that path, if any, is intact. Free some space on that disk"
+        " or save to another one (e.g. Trainer(default_root_dir=...) or ModelCheckpoint(dirpath=...)).",
+    )
+
+
+def _mount_point(directory: str) -> str:
+    path = os.path.realpath(directory)
+    while not os.path.ismount(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover

@@ -13,7 +13,10 @@ that ends early (a crashed run) simply yields the events that were complete.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
+import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +31,12 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _SPLIT = re.compile(rb"\}\s*,\s*\{")  # the gap between two events: "},\n  {"
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _MAX_SPLIT_TRIES = 8
+# Timestamps and durations (microseconds) beyond this are malformed: the trace holds times as int64 nanoseconds
+# from its first event, and (largest - smallest timestamp + longest duration) must fit. 3e15 us since the Unix epoch
+# is the year 2065; real durations are far shorter.
+MAX_TIME_US = 3e15
+GZIP_READ_SIZE = 256 << 10  # compressed bytes read at a time
+SUFFIX_LIMIT = 4 << 20  # bytes of top-level JSON kept after the events array (the rest is only counted)
 
 
 def _squeeze(blob: bytes) -> bytes:
@@ -131,11 +140,13 @@ class ParseStats:
     """What the parser saw besides the events it kept."""
 
     bytes_read: int = 0
-    malformed: int = 0  # events that could not be read (wrong types, not an object, no timestamp)
+    malformed: int = 0  # events that could not be read (bad JSON, wrong types, no or an absurd timestamp)
     skipped: int = 0  # well-formed events of phases we do not show (flows, async, object events)
     unmatched: int = 0  # "B" without "E" or the other way round
     truncated: bool = False
     dropped_bytes: int = 0  # trailing bytes of a truncated file that held no complete event
+    trailing_bytes: int = 0  # bytes after the end of the trace's JSON document (a second document?)
+    gzip_error: str | None = None  # a corrupt gzip stream: what zlib said, and where
     examples: list[str] = field(default_factory=list)  # a few malformed events, for the warning
 
     def note_malformed(self, raw: Any) -> None:
@@ -173,9 +184,6 @@ class _Columns:
         for e in events:
             code = _KEPT_PHASES.get(e.ph)
             if code is not None:
-                if e.ts != e.ts:  # NaN: no timestamp
-                    stats.note_malformed(msgspec.json.encode(e))
-                    continue
                 append(e)
             elif e.ph == "M":
                 self.metadata.append(e)
@@ -190,9 +198,20 @@ class _Columns:
         if not kept:
             return
         n = len(kept)
+        ts = np.fromiter([e.ts for e in kept], np.float64, n)
+        dur = np.fromiter([e.dur for e in kept], np.float64, n)
+        good = (np.abs(ts) <= MAX_TIME_US) & (np.abs(dur) <= MAX_TIME_US)  # False for NaN and infinities too
+        if not good.all():  # rare: count them, keep the others
+            for i in np.flatnonzero(~good):
+                e = kept[i]
+                stats.note_malformed(f"{e.name!r} at ts={e.ts!r} us, dur={e.dur!r} us: beyond +-{MAX_TIME_US:.0e} us")
+            kept = [e for e, ok in zip(kept, good.tolist()) if ok]
+            ts, dur, n = ts[good], dur[good], len(kept)
+            if not kept:
+                return
         names, cats, tracks = self.names, self.cats, self.tracks
-        self.ts.append(np.fromiter([e.ts for e in kept], np.float64, n))
-        self.dur.append(np.fromiter([e.dur for e in kept], np.float64, n))
+        self.ts.append(ts)
+        self.dur.append(dur)
         self.name_id.append(np.fromiter([names.setdefault(e.name, len(names)) for e in kept], np.int32, n))
         self.cat_id.append(np.fromiter([cats.setdefault(e.cat, len(cats)) for e in kept], np.int32, n))
         self.track_id.append(np.fromiter([tracks.setdefault((e.pid, e.tid), len(tracks)) for e in kept], np.int32, n))
@@ -287,7 +306,7 @@ class ArgsStore:
             return {}
         try:
             value = _decode_any(raw)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return {}
         return value if isinstance(value, dict) else {"value": value}
 
@@ -319,7 +338,7 @@ def is_gzip(path: str) -> bool:
 
 
 def _blocks(path: str, stats: ParseStats, block_size: int) -> Iterator[bytes]:
-    """The file's (decompressed) bytes in blocks; a gzip stream cut short yields all it had."""
+    """The file's (decompressed) bytes in blocks; a gzip stream cut short or corrupt yields all it had."""
     with open(path, "rb") as fh:
         if not is_gzip(path):
             while block := fh.read(block_size):
@@ -327,26 +346,37 @@ def _blocks(path: str, stats: ParseStats, block_size: int) -> Iterator[bytes]:
                 yield block
             return
         unzip = zlib.decompressobj(wbits=31)
-        while chunk := fh.read(block_size):
+        pending: list[bytes] = []  # decompressed output, handed on in blocks of about block_size
+        pending_size = 0
+        while chunk := fh.read(GZIP_READ_SIZE):  # small reads: a corruption loses at most one read's output
             while chunk:
                 try:
                     out = unzip.decompress(chunk)
-                except zlib.error:  # corrupt from here on: keep what we had
+                except zlib.error as err:  # corrupt from here on: keep what we had
+                    stats.gzip_error = f"{err} (after {stats.bytes_read + pending_size:,} decompressed bytes)"
                     stats.truncated = True
+                    if pending:
+                        stats.bytes_read += pending_size
+                        yield b"".join(pending)
                     return
                 if out:
-                    stats.bytes_read += len(out)
-                    yield out
+                    pending.append(out)
+                    pending_size += len(out)
+                    if pending_size >= block_size:
+                        stats.bytes_read += pending_size
+                        yield b"".join(pending)
+                        pending, pending_size = [], 0
                 chunk = unzip.unused_data  # concatenated gzip members
                 if unzip.eof:
                     unzip = zlib.decompressobj(wbits=31)
                 else:
                     chunk = b""
         if not unzip.eof and unzip.unconsumed_tail == b"":
-            tail = unzip.flush()
-            if tail:
-                stats.bytes_read += len(tail)
-                yield tail
+            pending.append(unzip.flush())
+            pending_size += len(pending[-1])
+        if pending_size:
+            stats.bytes_read += pending_size
+            yield b"".join(pending)
 
 
 class _Parser:
@@ -356,69 +386,214 @@ class _Parser:
         self.keep_args = keep_args
         self.block_size = block_size
 
-    # -- decoding one piece of the events array ------------------------------------------------
-    def _decode_piece(self, piece: bytes) -> bool:
-        """Decode `piece` (events separated by commas, no brackets). False on a JSON syntax error."""
-        text = b"[" + piece + b"]"
+    # -- decoding events -----------------------------------------------------------------------
+    def _add_text(self, text: bytes) -> None:
+        """Decode a JSON array of events and add them; events of the wrong shape are counted, not fatal.
+
+        Raises msgspec.DecodeError (with the byte offset) on a syntax error, RecursionError on absurd nesting.
+        """
         try:
             events = _decode_events(text)
-        except msgspec.ValidationError:
-            events = self._decode_leniently(text)
-            if events is None:
-                return False
-        except msgspec.DecodeError:
-            return False
+        except msgspec.ValidationError:  # valid JSON up to here, some event of the wrong shape: one by one
+            events = []
+            for raw in _decode_raws(text):
+                try:
+                    events.append(_decode_event(raw))
+                except (msgspec.DecodeError, RecursionError):
+                    self.stats.note_malformed(raw)
         self.cols.add(events, self.stats, self.keep_args)
-        return True
 
-    def _decode_leniently(self, text: bytes) -> list[_Event] | None:
-        """Valid JSON with some bad events: keep the good ones, count the others."""
-        try:
-            raws = _decode_raws(text)
-        except msgspec.DecodeError:
-            return None
-        events = []
-        for raw in raws:
+    def _decode_events(self, piece: bytes, final: bool) -> tuple[int, int | None]:
+        """Decode the comma-separated events in `piece` (no brackets), skipping and counting unreadable ones.
+
+        One bad event costs about one extra decode of the text before it, never the rest of the file: a syntax error
+        names its byte, so the bad event is cut out between the event boundaries around that byte; errors without a
+        position (nesting too deep) are found by halving the range. Returns (consumed, closed_at): `consumed` is
+        len(piece) unless the piece is not `final` and its last event could not be read (the cut that ended the piece
+        may lie inside it: it is tried again with more bytes); `closed_at` is where the events array's closing
+        bracket ends inside `piece` (what follows is top-level JSON), or None.
+        """
+        stack = [(0, len(piece))]  # ranges still to decode, the next one on top (file order is kept)
+        while stack:
+            a, b = stack.pop()
+            text = b"[" + piece[a:b] + b"]"
             try:
-                events.append(_decode_event(raw))
-            except msgspec.DecodeError:
-                self.stats.note_malformed(raw)
-        return events
+                self._add_text(text)
+                continue
+            except msgspec.DecodeError as err:
+                where = _error_offset(err, len(text))
+                if "trailing characters" in str(err):  # the array closed inside the range: events end here
+                    close = text.rindex(b"]", 0, where)  # msgspec names the byte after the first trailing one
+                    self._add_text(text[: close + 1])
+                    return len(piece), a + close
+                at = a + where - 1
+                start, end, after = self._bad_event_around(piece, a, b, at)
+                right_is_queued = False
+            except RecursionError:
+                halves = self._halve(piece, a, b)
+                if halves is not None:
+                    stack.extend(reversed(halves))
+                    continue
+                at, start, end = a, a, b  # one event, nested too deeply to read
+                boundary = _SPLIT.match(piece, b - 1) if b < len(piece) else None
+                after = boundary.end() - 1 if boundary else None
+                right_is_queued = True  # the range after it is on the stack already
+            # piece[start:end] is the bad event; piece[a:start] holds good events before it
+            if after is not None:
+                closed_at = self._array_end_within(piece, at, end, after, len(piece))
+                if closed_at is None:
+                    self.stats.note_malformed(piece[start:end])
+                    if not right_is_queued:
+                        stack.append((after, b))
+                    self._queue_before(stack, piece, a, start)
+                    continue
+            elif not final:  # the piece's last event: the cut that ended the piece may be inside it
+                self._decode_before(piece, a, start)
+                return start, None
+            else:
+                closed_at = self._close_tail(piece, start)
+                if closed_at is None:  # the array never closes: the file was cut short inside this event
+                    self.stats.truncated = True
+                    self.stats.dropped_bytes = len(piece) - start
+                    self._decode_before(piece, a, start)
+                    return len(piece), None
+            # the bad event was the array's last one: what follows closed_at is top-level JSON
+            self.stats.note_malformed(piece[start:closed_at])
+            self._decode_before(piece, a, start)
+            return len(piece), closed_at
+        return len(piece), None
 
-    def _decode_upto_split(self, buf: bytes, start: int) -> int | None:
-        """Decode the events in buf[start:] up to one of the last event boundaries; return where the rest begins."""
-        search_from = max(start, len(buf) - (1 << 20))
+    def _queue_before(self, stack: list[tuple[int, int]], piece: bytes, a: int, start: int) -> None:
+        if start > a:
+            stack.append((a, self._prev_event_end(piece, a, start)))
+
+    def _decode_before(self, piece: bytes, a: int, start: int) -> None:
+        """Decode the events of piece[a:start] (all before a bad one that ends the piece or the array)."""
+        if start > a:
+            self._decode_events(piece[a : self._prev_event_end(piece, a, start)], final=True)
+
+    @staticmethod
+    def _bad_event_around(piece: bytes, a: int, b: int, at: int) -> tuple[int, int, int | None]:
+        """(start, end, next event start or None) of the event holding byte `at` of piece[a:b]."""
+        at = min(max(at, a), b)
+        start = a
+        window = 1 << 16
+        while True:
+            lo = max(a, at - window)
+            found = None
+            for found in _SPLIT.finditer(piece, lo, min(at + 1, b)):
+                pass
+            if found is not None:
+                start = found.end() - 1
+                break
+            if lo == a:
+                break
+            window *= 4
+        nxt = _SPLIT.search(piece, max(at, start), b)
+        if nxt is None:
+            return start, b, None
+        return start, nxt.start() + 1, nxt.end() - 1
+
+    @staticmethod
+    def _array_end_within(piece: bytes, at: int, end: int, after: int, b: int) -> int | None:
+        """Where the events array ends inside a bad event's span piece[at:end], when it does; else None.
+
+        The bad event may be the array's last: then the next "event boundary" lies in the top-level JSON after it
+        (e.g. Kineto's "deviceProperties": [{...}, {...}]). That is told apart from a `}]` inside the bad event's own
+        args by the object after that boundary: a trace event has a phase ("ph"), a device record does not.
+        """
+        ends = list(_ARRAY_END.finditer(piece, at, end + 1))
+        if not ends:
+            return None
+        nxt = _SPLIT.search(piece, after, b)
+        following = piece[after : nxt.start() + 1 if nxt else b]
+        try:
+            event = _decode_event(following)
+        except msgspec.DecodeError as err:  # the last object of the top-level JSON: "{...}]}" after it
+            if "trailing characters" not in str(err):
+                return None
+            try:
+                event = _decode_event(following[: following.rindex(b"}", 0, _error_offset(err, len(following))) + 1])
+            except (msgspec.DecodeError, RecursionError, ValueError):
+                return None
+        except RecursionError:
+            return None
+        return None if event.ph else ends[0].end()
+
+    @staticmethod
+    def _prev_event_end(piece: bytes, a: int, event_start: int) -> int:
+        """The end (after its '}') of the event before the one starting at `event_start`."""
+        return piece.rindex(b"}", a, event_start) + 1
+
+    @staticmethod
+    def _halve(piece: bytes, a: int, b: int) -> list[tuple[int, int]] | None:
+        """Two ranges of whole events splitting piece[a:b] near its middle; None for a single event."""
+        mid = (a + b) // 2
+        m = _SPLIT.search(piece, mid, b) or next(reversed(list(_SPLIT.finditer(piece, a, mid + 1))), None)
+        if m is None:
+            return None
+        return [(a, m.start() + 1), (m.end() - 1, b)]
+
+    def _close_tail(self, piece: bytes, start: int) -> int | None:
+        """At the end of the file, an unreadable last event: where the events array closes after it, if it does.
+
+        None means the array never closes: the file was cut short inside this event.
+        """
+        tail = piece[start:]
+        for m in list(_ARRAY_END.finditer(tail))[-_MAX_SPLIT_TRIES:][::-1]:
+            rest = tail[m.end() :].strip()
+            if not rest or rest == b"}" or (rest.startswith(b",") and rest.endswith(b"}")):
+                return start + m.end()
+        return None
+
+    def _decode_upto_split(self, buf: bytes) -> tuple[bytes, bytes | None]:
+        """Decode the events in buf up to its last event boundary; return (the rest, the top-level text after the
+        events array if it ended here, else None)."""
+        search_from = max(0, len(buf) - (1 << 20))
         while True:
             matches = list(_SPLIT.finditer(buf, search_from))
-            if matches or search_from == start:
+            if matches or search_from == 0:
                 break
-            search_from = max(start, search_from - (4 << 20))
-        for m in reversed(matches[-_MAX_SPLIT_TRIES:]):
-            if self._decode_piece(buf[start : m.start() + 1]):
-                return m.end() - 1  # the "{" of the next event
-        return None
+            search_from = max(0, search_from - (4 << 20))
+        if not matches:
+            return buf, None
+        last = matches[-1]
+        piece = buf[: last.start() + 1]
+        consumed, closed_at = self._decode_events(piece, final=False)
+        if closed_at is not None:
+            return b"", buf[closed_at:]
+        return buf[last.end() - 1 :] if consumed == len(piece) else buf[consumed:], None
 
     # -- the main loop -------------------------------------------------------------------------
     def parse(self, path: str) -> ParsedTrace:
         buf = b""
         prefix = b""
+        suffix: bytes | None = None  # the top-level JSON after the events array, once it has ended
         events_start = None
-        blocks = _blocks(path, self.stats, self.block_size)
-        for block in blocks:
+        for block in _blocks(path, self.stats, self.block_size):
+            if suffix is not None:
+                suffix = self._grow_suffix(suffix, block)
+                continue
             buf += block
             if events_start is None:
                 events_start, prefix = self._find_events(buf)
                 if events_start is None:
                     continue
                 buf = buf[events_start:]
-            rest = self._decode_upto_split(buf, 0)
-            if rest is not None:
-                buf = buf[rest:]
+            buf, suffix = self._decode_upto_split(buf)
         if events_start is None:
             events_start, prefix = self._find_events(buf, at_eof=True)
             buf = buf[events_start:]
-        suffix = self._finish(buf)
+        if suffix is None:
+            suffix = self._finish(buf)
         return self._result(prefix, suffix)
+
+    def _grow_suffix(self, suffix: bytes, block: bytes) -> bytes:
+        """Keep at most SUFFIX_LIMIT bytes of what follows the events (top-level keys); count the rest."""
+        room = SUFFIX_LIMIT - len(suffix)
+        if room < len(block):
+            self.stats.trailing_bytes += len(block) - max(room, 0)
+        return suffix + block[: max(room, 0)]
 
     def _find_events(self, buf: bytes, at_eof: bool = False) -> tuple[int | None, bytes]:
         """Where the events array starts; a bare JSON array of events is accepted too."""
@@ -429,6 +604,8 @@ class _Parser:
         if m:
             return m.end(), buf[: m.start()]
         if at_eof:
+            if not buf.strip():
+                raise ValueError("not a Chrome trace: the file is empty")
             raise ValueError(
                 f"not a Chrome trace: no 'traceEvents' array and not a JSON array of events (first bytes: {buf[:60]!r})"
             )
@@ -436,25 +613,15 @@ class _Parser:
 
     def _finish(self, buf: bytes) -> bytes:
         """Decode the last events; return the JSON text after the events array (top-level keys)."""
-        stripped = buf.strip()
-        if stripped.startswith(b"]"):  # empty events array
-            return stripped[1:]
-        for m in _ARRAY_END.finditer(buf):
-            if self._decode_piece(buf[: m.start() + 1]):
-                return buf[m.end() :]
-        # No closing bracket that works: the file was cut short (or is corrupt from here on).
-        self.stats.truncated = True
-        tail = buf.rstrip().rstrip(b",")
-        if tail.endswith(b"}") and self._decode_piece(tail):
-            self.stats.dropped_bytes = len(buf) - len(tail)
+        piece = buf.rstrip(b" \t\r\n,")  # a file cut right after an event's comma still has that event whole
+        if not piece:
+            self.stats.truncated = True
             return b""
-        matches = list(_SPLIT.finditer(buf))
-        for m in reversed(matches[-64:]):
-            if self._decode_piece(buf[: m.start() + 1]):
-                self.stats.dropped_bytes = len(buf) - m.start() - 1
-                return b""
-        self.stats.dropped_bytes = len(buf)
-        return b""
+        _, closed_at = self._decode_events(piece, final=True)
+        if closed_at is None:
+            self.stats.truncated = True
+            return b""
+        return buf[closed_at:]
 
     def _result(self, prefix: bytes, suffix: bytes) -> ParsedTrace:
         cols, stats = self.cols, self.stats
@@ -464,12 +631,9 @@ class _Parser:
             text = text + (b"," if text.strip() != b"{" else b"") + suffix.strip().lstrip(b",")
             if not text.rstrip().endswith(b"}"):
                 text += b"}"
-            try:
-                value = _decode_any(text)
-                if isinstance(value, dict):
-                    top_level = value
-            except msgspec.DecodeError:
-                top_level = _salvage_header(prefix)
+            top_level = self._decode_top_level(text, prefix)
+        elif suffix.strip():  # a bare array of events: nothing may follow it
+            stats.trailing_bytes += len(suffix.strip())
         for stack in cols.open_spans.values():
             stats.unmatched += len(stack)
 
@@ -480,7 +644,7 @@ class _Parser:
         for e in cols.metadata:
             try:
                 args = _decode_any(e.args) if len(e.args) else {}
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 args = {}
             meta.append({"name": e.name, "pid": e.pid, "tid": e.tid, "args": args})
         return ParsedTrace(
@@ -501,6 +665,32 @@ class _Parser:
             stats=stats,
         )
 
+    def _decode_top_level(self, text: bytes, prefix: bytes) -> dict[str, Any]:
+        """The trace object's keys other than its events; counts what follows the object (a second document)."""
+        try:
+            value = _decode_any(text)
+        except msgspec.DecodeError as err:
+            if "trailing characters" not in str(err):
+                return _salvage_header(prefix)
+            end = text.rindex(b"}", 0, _error_offset(err, len(text))) + 1  # msgspec names the byte after the first
+            self.stats.trailing_bytes += len(text[end:].strip())
+            try:
+                value = _decode_any(text[:end])
+            except (msgspec.DecodeError, RecursionError):
+                return _salvage_header(prefix)
+        except RecursionError:
+            return _salvage_header(prefix)
+        return value if isinstance(value, dict) else {}
+
+
+_ERROR_AT = re.compile(r"\(byte (\d+)\)")
+
+
+def _error_offset(err: msgspec.DecodeError, text_len: int) -> int:
+    """The byte offset msgspec names in a syntax error ("... (byte 123)"); the end for "Input data was truncated"."""
+    m = _ERROR_AT.search(str(err))
+    return int(m.group(1)) if m else text_len
+
 
 def _salvage_header(prefix: bytes) -> dict[str, Any]:
     """Top-level keys before the events when the rest of the object cannot be read (truncated file)."""
@@ -508,10 +698,57 @@ def _salvage_header(prefix: bytes) -> dict[str, Any]:
     try:
         value = _decode_any(text)
         return value if isinstance(value, dict) else {}
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return {}
 
 
 def parse_file(path: str, keep_args: bool = True, block_size: int = BLOCK_SIZE) -> ParsedTrace:
-    """Parse the Chrome trace at `path` (plain or gzipped) into columns."""
-    return _Parser(keep_args, block_size).parse(path)
+    """Parse the Chrome trace at `path` (plain or gzipped) into columns.
+
+    Only regular files are read: a FIFO, socket or device named like a trace would block or never end. A corrupt
+    gzip file is named as such.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(
+            f"{path} is {_file_kind(mode)}, not a regular file: a trace must be a .json or .json.gz file. Pass the"
+            " trace file itself, or remove this entry from the folder."
+        )
+    parser = _Parser(keep_args, block_size)
+    try:
+        parsed = parser.parse(path)
+    except ValueError as err:
+        if parser.stats.gzip_error is not None and parser.stats.bytes_read == 0:
+            raise ValueError(
+                f"{path} is a corrupt gzip file: nothing could be decompressed ({parser.stats.gzip_error})."
+                " Copy the trace again from where it was written."
+            ) from err
+        raise
+    _warn_unusual(path, parsed.stats)
+    return parsed
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _warn_unusual(path: str, stats: ParseStats) -> None:
+    """Warn about what `load`'s own warnings (truncation, malformed events) do not cover."""
+    from hpu_nb.traces.model import TraceLoadWarning  # defined with Trace; model imports this module first
+
+    if stats.gzip_error is not None:
+        warnings.warn(
+            f"{path}: the gzip data is corrupt from some point on ({stats.gzip_error}); the events before it were"
+            " loaded.",
+            TraceLoadWarning,
+            stacklevel=4,
+        )
+    if stats.trailing_bytes:
+        warnings.warn(
+            f"{path}: {stats.trailing_bytes:,} bytes after the end of the trace's JSON document were ignored (two JSON"
+            " documents in one file, e.g. traces concatenated?). Only the first document was loaded.",
+            TraceLoadWarning,
+            stacklevel=4,
+        )

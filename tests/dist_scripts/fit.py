@@ -2,7 +2,9 @@
 
 Each rank writes <out>/rank<N>.json (what it saw); rank 0 also saves the trained weights and callback metrics.
 Usage: python fit.py --out DIR [--strategy hpu_parallel|hpu_ddp|<deepspeed/fsdp spec>] [--devices 2]
-       [--crash-rank R --crash-step S] [--ckpt PATH] [--resume PATH] [--epochs N] [--precision P]
+       [--crash-rank R --crash-step S] [--stuck-rank R --stuck-step S] [--ckpt PATH] [--resume PATH] [--epochs N]
+       [--precision P] [--start-method fork]
+Each rank writes <out>/rank<N>.pid when training starts (the launching process: <out>/launcher.pid). A stuck rank writes <out>/stuck<R>.pid, then sleeps for ten minutes in its training step.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import hpu_nb  # noqa: F401  (registers "hpu" with Lightning)
+from hpu_nb import HPUParallelStrategy
 from hpu_nb.runtime import get_backend
 
 FEATURES = 32
 
 
 class Model(L.LightningModule):
-    def __init__(self, crash_rank: int = -1, crash_step: int = -1, lr: float = 0.05) -> None:
+    def __init__(
+        self, crash_rank: int = -1, crash_step: int = -1, lr: float = 0.05, stuck_rank: int = -1, stuck_step: int = -1,
+        out: str | None = None,
+    ) -> None:
         super().__init__()
+        self.stuck_rank, self.stuck_step, self.out = stuck_rank, stuck_step, out
         self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         self.crash_rank, self.crash_step, self.lr = crash_rank, crash_step, lr
         self.samples_seen = 0
@@ -36,10 +43,18 @@ class Model(L.LightningModule):
     def forward(self, x):
         return self.net(x)
 
+    def on_train_start(self) -> None:
+        if self.out:
+            Path(self.out, f"rank{self.global_rank}.pid").write_text(str(os.getpid()))
+
     def training_step(self, batch, batch_idx):
         x, y = batch
         if self.global_rank == self.crash_rank and self.global_step == self.crash_step:
             raise RuntimeError(f"rank {self.global_rank} exploded on purpose at step {self.global_step}")
+        if self.global_rank == self.stuck_rank and self.global_step == self.stuck_step:
+            if self.out:
+                Path(self.out, f"stuck{self.global_rank}.pid").write_text(str(os.getpid()))
+            time.sleep(600)  # a rank that stops answering (a deadlock, a hung data source, a stuck device)
         self.step_devices.update({str(x.device), str(self.net[0].weight.device)})
         self.samples_seen += x.shape[0]
         self.first_index_sum += float(x[:, 0].sum())
@@ -97,6 +112,9 @@ def main() -> int:
     parser.add_argument("--precision", default=None)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=-1)
+    parser.add_argument("--start-method", default=None, help="HPUParallelStrategy(start_method=...)")
+    parser.add_argument("--stuck-rank", type=int, default=-1)
+    parser.add_argument("--stuck-step", type=int, default=-1)
     parser.add_argument("--ckpt", default=None, help="save a checkpoint here after fitting")
     parser.add_argument("--resume", default=None, help="resume fitting from this checkpoint")
     args = parser.parse_args()
@@ -104,11 +122,13 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     L.seed_everything(7, verbose=False)
-    model = Model(args.crash_rank, args.crash_step)
+    model = Model(args.crash_rank, args.crash_step, stuck_rank=args.stuck_rank, stuck_step=args.stuck_step, out=str(out))
+    if "LOCAL_RANK" not in os.environ:  # the process the user started (not one a launcher started)
+        Path(out, "launcher.pid").write_text(str(os.getpid()))
     trainer = L.Trainer(
         accelerator="hpu",
         devices=args.devices,
-        strategy=make_strategy(args.strategy),
+        strategy=make_strategy(args.strategy) if args.start_method is None else HPUParallelStrategy(start_method=args.start_method),
         precision=args.precision,
         max_epochs=args.epochs,
         enable_progress_bar=False,

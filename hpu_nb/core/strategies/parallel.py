@@ -7,11 +7,15 @@
 - launching: Lightning's script launcher (`popen`) from a script or under torchrun / SLURM, and a fork launcher in
   a notebook (the only kind Lightning accepts there); each worker drives its own card (hpu:0 of its process);
 - devices: every process's card is `hpu:0`, so `parallel_devices=[torch.device("hpu")] * n` gives each rank the
-  root device hpu:0.
+  root device hpu:0;
+- liveness (`liveness.py`): a bounded collective timeout (5 minutes unless set), progress reports that name a rank
+  that stops answering, and launchers that leave no process behind however the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -24,7 +28,9 @@ from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from torch import Tensor
+from typing_extensions import override
 
+from hpu_nb.core.strategies import liveness
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
@@ -98,18 +104,171 @@ def resolve_start_method(start_method: str | None) -> str:
 
 
 class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
-    """Lightning's fork/spawn launcher, plus: refuse to fork a Gaudi runtime this process has already opened."""
+    """Lightning's fork/spawn launcher, plus: refuse to fork a Gaudi runtime this process has already opened, and leave
+    no worker behind (interrupted, failed, or the parent killed), with a stuck rank named."""
 
+    @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         if self._start_method in ("fork", "forkserver"):
             hpu_dist.check_fork_allowed()
-        return super().launch(function, *args, trainer=trainer, **kwargs)
+        self._parent_pid = os.getpid()
+        self.procs = []  # this launch's workers only: never signal a pid left from an earlier launch
+        try:
+            return super().launch(function, *args, trainer=trainer, **kwargs)
+        except BaseException:
+            # KeyboardInterrupt (a notebook's interrupt), SIGTERM turned into an exception, or a failed worker
+            # (torch has stopped the others then): no worker may outlive this call.
+            liveness.stop_processes([p.pid for p in self.procs if p.pid is not None and p.is_alive()])
+            raise
+
+    @override
+    def _wrapping_function(self, process_idx: int, trainer: Any, function: Callable, *args: Any, **kwargs: Any) -> None:
+        liveness.die_with_parent(self._parent_pid)
+        liveness.exit_on_sigterm()
+        strategy = self._strategy
+        return super()._wrapping_function(process_idx, trainer, _explaining(strategy, function), *args, **kwargs)
+
+
+class HPUSubprocessScriptLauncher(_SubprocessScriptLauncher):
+    """Lightning's script launcher (rank 0 runs the script again for the other ranks), plus: rank 0 honours SIGTERM
+    even inside a collective, stops the other ranks whenever the run fails, they die with it, and a stuck rank is named.
+    """
+
+    def __init__(self, strategy: Any, cluster_environment: Any, num_processes: int, num_nodes: int) -> None:
+        super().__init__(cluster_environment, num_processes, num_nodes)
+        self._strategy = strategy
+
+    @override
+    def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        starts_others = not self.cluster_environment.creates_processes_externally
+        parent = os.environ.get(liveness.PARENT_PID_ENV)
+        if not starts_others and parent is not None and parent == str(os.getppid()):
+            liveness.die_with_parent(int(parent))  # a rank that our rank 0 started
+            liveness.exit_on_sigterm()
+        function = _explaining(self._strategy, function)
+        guard = liveness.TerminationGuard(self._child_pids) if starts_others else contextlib.nullcontext()
+        with guard:
+            try:
+                return super().launch(function, *args, trainer=trainer, **kwargs)
+            except BaseException:
+                if starts_others:
+                    liveness.stop_processes(self._child_pids())
+                raise
+
+    @override
+    def _call_children_scripts(self) -> None:
+        os.environ[liveness.PARENT_PID_ENV] = str(os.getpid())
+        try:
+            super()._call_children_scripts()
+        finally:
+            os.environ.pop(liveness.PARENT_PID_ENV, None)
+
+    def _child_pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.poll() is None]
+
+
+def _explaining(strategy: Any, function: Callable) -> Callable:
+    """`function`, whose communication failures become a StuckRankError naming the rank that did not answer."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except Exception as err:
+            explained = strategy.explain_failure(err)
+            if explained is None:
+                raise
+            raise explained from err
+
+    return run
+
 
 
 class HPUParallelMixin:
     """Put first in the bases of a multi-card HPU strategy: `class S(HPUParallelMixin, HPUStepsMixin, DDPStrategy)`."""
 
     _start_method: str | None = None
+    _progress: liveness.RankProgress | None = None
+
+    # -- the collective timeout -----------------------------------------------------------------------------------
+    @property
+    def _timeout(self) -> timedelta:
+        """What every collective waits at most: the strategy's `timeout`, else HPU_NB_COLLECTIVE_TIMEOUT, else 5 min."""
+        return liveness.collective_timeout(self.__dict__.get("_hpu_timeout"))
+
+    @_timeout.setter
+    def _timeout(self, value: timedelta | None) -> None:
+        # Lightning's strategies store their `timeout` argument here; its default (torch's 30 minutes) means "not set".
+        self._hpu_timeout = None if value is default_pg_timeout else value
+
+    # -- progress reports, for naming a stuck rank ------------------------------------------------------------------
+    @override
+    def setup_environment(self) -> None:
+        super().setup_environment()  # type: ignore[misc]
+        if _distributed_is_initialized() and self.world_size > 1:  # type: ignore[attr-defined]
+            self._progress = liveness.RankProgress(self.global_rank, self.world_size, self._timeout)  # type: ignore[attr-defined]
+            env = self.cluster_environment  # type: ignore[attr-defined]
+            self._progress.start(env.main_address, env.main_port)
+
+    def _tracked(self, phase: str) -> Any:
+        return self._progress.track(phase) if self._progress is not None else contextlib.nullcontext()
+
+    def explain_failure(self, err: BaseException) -> liveness.StuckRankError | None:
+        """A StuckRankError naming the rank that did not answer, when `err` is a failed collective; else None."""
+        if self._progress is None or isinstance(err, liveness.StuckRankError):
+            return None
+        return self._progress.explain(err)
+
+    @override
+    def teardown(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        super().teardown()  # type: ignore[misc]
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("training_step"):
+            return super().training_step(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("validation_step"):
+            return super().validation_step(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("test_step"):
+            return super().test_step(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("predict_step"):
+            return super().predict_step(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def backward(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("backward"):  # DDP all-reduces the gradients during backward
+            return super().backward(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("optimizer_step"):  # the closure runs training_step and backward inside it
+            return super().optimizer_step(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        with self._tracked("barrier"):
+            return super().barrier(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def broadcast(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("broadcast"):
+            return super().broadcast(*args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def all_gather(self, *args: Any, **kwargs: Any) -> Any:
+        with self._tracked("all_gather"):
+            return super().all_gather(*args, **kwargs)  # type: ignore[misc]
 
     # -- devices --------------------------------------------------------------------------------------------------
     @property
@@ -144,6 +303,7 @@ class HPUParallelMixin:
         _init_dist_connection(self.cluster_environment, backend, timeout=self._timeout)  # type: ignore[attr-defined]
 
     # -- collectives ----------------------------------------------------------------------------------------------
+    @override
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         """HCCL semantics: sum / min / max natively, mean as sum / world size (ints become float).
 
@@ -153,7 +313,8 @@ class HPUParallelMixin:
         if isinstance(tensor, Tensor):
             if tensor.device != self.root_device:
                 tensor = tensor.to(self.root_device)
-            return hccl_reduce(tensor, group, reduce_op)
+            with self._tracked("reduce"):
+                return hccl_reduce(tensor, group, reduce_op)
         return tensor
 
     # -- launching ------------------------------------------------------------------------------------------------
@@ -161,8 +322,8 @@ class HPUParallelMixin:
         assert self.cluster_environment is not None  # type: ignore[attr-defined]
         method = resolve_start_method(self._start_method)
         if method == "popen" or self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
-            self._launcher = _SubprocessScriptLauncher(
-                self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
+            self._launcher = HPUSubprocessScriptLauncher(
+                self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
             )
         else:
             self._launcher = HPUMultiProcessingLauncher(self, start_method=method)  # type: ignore[arg-type]
@@ -172,6 +333,8 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
     """DDP across Gaudi cards over HCCL (gloo on the emulated Gaudi), chosen for `Trainer(accelerator="hpu", devices>1)`.
 
     start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
+    timeout: how long any collective waits for the other ranks before the run stops with a StuckRankError naming the
+    rank that did not answer; default HPU_NB_COLLECTIVE_TIMEOUT seconds, else 5 minutes.
     """
 
     strategy_name = "hpu_parallel"
@@ -188,7 +351,7 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
         ddp_comm_wrapper: Callable | None = None,
         model_averaging_period: int | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta | None = default_pg_timeout,
+        timeout: timedelta | None = None,
         start_method: str | None = "auto",
         **kwargs: Any,
     ) -> None:

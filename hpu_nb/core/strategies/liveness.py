@@ -1,0 +1,386 @@
+"""Bounded multi-process runs: a stuck rank ends the run within the collective timeout, named, with nothing left behind.
+
+How it works (used by every multi-card HPU strategy through `HPUParallelMixin` and its launchers):
+- **The timeout.** Every collective (HCCL, or gloo on the emulated Gaudi) waits at most `collective_timeout()`:
+  `HPUParallelStrategy(timeout=...)`, else `HPU_NB_COLLECTIVE_TIMEOUT` seconds, else 300 s. A rank waiting for a peer
+  that never comes raises instead of hanging for torch's default 30 minutes.
+- **Progress reports.** Each rank notes what it is doing (`RankProgress.track("training_step")`: a list push, no I/O)
+  and a daemon thread writes that note to the job's c10d store every few seconds. When a collective fails, the rank
+  that saw it reads every rank's note and raises `StuckRankError` naming the rank that did not answer and what it was
+  doing ("in training_step for 301 s", or "no report for 40 s: dead or frozen").
+- **A backstop.** Should a backend not honour its timeout, the reporting thread ends a rank that has waited in one
+  collective for the timeout plus a minute, after printing the same diagnosis.
+- **No leftovers.** The process that started the others kills them when the run fails or is interrupted; a SIGTERM
+  reaches it even while its main thread is blocked inside a collective (a wakeup fd read by a thread); the other
+  ranks turn SIGTERM into an exit; and every started rank dies with its parent (Linux `PR_SET_PDEATHSIG`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from typing_extensions import Self
+
+TIMEOUT_ENV = "HPU_NB_COLLECTIVE_TIMEOUT"
+DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=5)
+PARENT_PID_ENV = "HPU_NB_LAUNCHER_PID"  # set for the ranks a launcher starts: they die with that process
+KEY_PREFIX = "hpu_nb/progress/"
+COLLECTIVE_PHASES = frozenset({"backward", "barrier", "broadcast", "reduce", "all_gather", "process group"})
+KILL_GRACE_S = 5.0  # how long a rank gets to end after SIGTERM before SIGKILL
+BACKSTOP_GRACE_S = 60.0  # a collective still waiting this long past the timeout: the backend ignored it; end the rank
+
+_COMMUNICATION_FAILURE = re.compile(
+    r"timed out|timeout|connection (closed|reset|refused)|broken pipe|socket|peer", re.IGNORECASE
+)
+
+
+class StuckRankError(RuntimeError):
+    """A rank did not answer a collective within the timeout (or died): the run was stopped."""
+
+
+class RankTerminated(SystemExit):
+    """This rank was told to stop (SIGTERM): another rank failed or the run is being shut down."""
+
+
+def collective_timeout(explicit: timedelta | None = None) -> timedelta:
+    """The collective timeout: the strategy's `timeout`, else HPU_NB_COLLECTIVE_TIMEOUT (seconds), else 5 minutes."""
+    if explicit is not None:
+        if explicit.total_seconds() <= 0:
+            raise ValueError(f"timeout={explicit!r} must be positive.")
+        return explicit
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_COLLECTIVE_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0 (e.g. {TIMEOUT_ENV}=300).")
+    return timedelta(seconds=seconds)
+
+
+def report_interval(timeout: timedelta) -> float:
+    """Seconds between progress reports: often enough to tell a dead rank from a busy one well within the timeout."""
+    return min(max(timeout.total_seconds() / 30.0, 0.5), 10.0)
+
+
+def is_communication_failure(err: BaseException, phase: str | None) -> bool:
+    """A collective or store operation that failed because a peer did not answer (timeout, closed connection).
+
+    torch's distributed errors say so by type; gloo's plain RuntimeErrors by their text, raised inside a collective.
+    """
+    import torch.distributed as dist
+
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    return phase in COLLECTIVE_PHASES and isinstance(err, RuntimeError) and bool(_COMMUNICATION_FAILURE.search(str(err)))
+
+
+class RankProgress:
+    """What this rank is doing, reported to the job's store by a daemon thread; reads every rank's report on failure."""
+
+    def __init__(self, rank: int, world_size: int, timeout: timedelta) -> None:
+        self.rank, self.world_size, self.timeout = rank, world_size, timeout
+        self.interval = report_interval(timeout)
+        self._stack: list[tuple[str, int, float]] = []  # (phase, how many times entered, monotonic start)
+        self._counts: dict[str, int] = {}
+        self._store: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failed_in: dict[str, Any] | None = None
+
+    # -- the main thread's side: cheap --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def track(self, phase: str) -> Iterator[None]:
+        count = self._counts[phase] = self._counts.get(phase, 0) + 1
+        self._stack.append((phase, count, time.monotonic()))
+        try:
+            yield
+        except BaseException:
+            if self.failed_in is None:  # the innermost phase an exception came from (the stack unwinds after)
+                self.failed_in = self.snapshot()
+            raise
+        finally:
+            self._stack.pop()
+
+    def snapshot(self) -> dict[str, Any]:
+        stack = list(self._stack)
+        now = time.monotonic()
+        phase, count, since = stack[-1] if stack else ("between steps", 0, now)
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "phase": phase,
+            "count": count,
+            "within": [f"{p} #{c}" for p, c, _ in stack[:-1]],
+            "in_phase_s": round(now - since, 1),
+            "reported_at": time.time(),
+        }
+
+    # -- reporting ----------------------------------------------------------------------------------------------------
+    def start(self, host: str, port: int) -> None:
+        """Connect to the job's c10d store (a client of the one torch.distributed uses) and report from a thread."""
+        from torch.distributed import TCPStore
+
+        try:
+            self._store = TCPStore(
+                host, port, is_master=False, timeout=timedelta(seconds=10), wait_for_workers=False
+            )
+        except Exception:  # noqa: BLE001  no store, no reports: a failure is still bounded, only less well explained
+            self._store = None
+            return
+        self._publish()
+        self._thread = threading.Thread(target=self._run, name=f"hpu_nb-progress-rank{self.rank}", daemon=True)
+        self._thread.start()
+
+    def _publish(self) -> bool:
+        try:
+            self._store.set(f"{KEY_PREFIX}{self.rank}", json.dumps(self.snapshot()))
+            return True
+        except Exception:  # noqa: BLE001  the store went away (its host ended): nothing more to report to
+            return False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            overdue = self._overdue_collective()
+            if overdue is not None:
+                self._abort(overdue)
+            if not self._publish():
+                return
+
+    def _overdue_collective(self) -> float | None:
+        """Seconds this rank has been inside one collective, when that is past the timeout plus BACKSTOP_GRACE_S."""
+        stack = list(self._stack)
+        if not stack or stack[-1][0] not in COLLECTIVE_PHASES:
+            return None
+        waited = time.monotonic() - stack[-1][2]
+        return waited if waited > self.timeout.total_seconds() + BACKSTOP_GRACE_S else None
+
+    def _abort(self, waited: float) -> None:
+        """The backend did not end a collective at its timeout: say who did not answer, and end this process."""
+        cause = (
+            f"the collective backend did not end the wait at its {self.timeout.total_seconds():.0f} s timeout"
+            f" ({waited:.0f} s so far)"
+        )
+        print(f"hpu_nb: {self.describe(self.snapshot(), cause)}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 1)
+        self._thread = None
+
+    # -- diagnosis ----------------------------------------------------------------------------------------------------
+    def reports(self) -> dict[int, dict[str, Any] | None]:
+        out: dict[int, dict[str, Any] | None] = {}
+        for rank in range(self.world_size):
+            key = f"{KEY_PREFIX}{rank}"
+            try:
+                out[rank] = json.loads(self._store.get(key)) if self._store is not None and self._store.check([key]) else None
+            except Exception:  # noqa: BLE001
+                out[rank] = None
+        return out
+
+    def explain(self, err: BaseException) -> StuckRankError | None:
+        """A StuckRankError naming the rank(s) that did not answer, from every rank's last report; None when `err` is
+        not a failed collective (this rank's own error stays as it is)."""
+        mine = self.failed_in or self.snapshot()
+        if not is_communication_failure(err, mine["phase"]):
+            return None
+        return StuckRankError(self.describe(mine, f"{type(err).__name__}: {_first_line(err)}"))
+
+    def describe(self, mine: dict[str, Any], cause: str) -> str:
+        """Which rank(s) did not answer and what they were doing, from every rank's last report."""
+        reports = self.reports() if self._store is not None else {}
+        others = {r: rep for r, rep in reports.items() if r != self.rank}
+        stale_after = max(3 * self.interval, 10.0)
+        now = time.time()
+        culprits, waiting = [], []
+        for rank in range(self.world_size):
+            if rank == self.rank:
+                continue
+            rep = others.get(rank)
+            if rep is None:
+                culprits.append(f"rank {rank} sent no progress report (it never started, or ended early)")
+            elif now - rep["reported_at"] > stale_after:
+                culprits.append(
+                    f"rank {rank} (pid {rep['pid']} on {rep['host']}) sent no report for {now - rep['reported_at']:.0f} s:"
+                    " it died or is frozen"
+                )
+            elif rep["phase"] not in COLLECTIVE_PHASES:
+                culprits.append(
+                    f"rank {rank} (pid {rep['pid']} on {rep['host']}) did not answer: it has been in {_where(rep)}"
+                    f" for {rep['in_phase_s']:.0f} s"
+                )
+            else:
+                waiting.append(f"rank {rank} in {_where(rep)}")
+        timeout_s = self.timeout.total_seconds()
+        if culprits:
+            head = "; ".join(culprits) + "."
+        elif reports:
+            head = "no rank is clearly behind (all were waiting in collectives: " + ", ".join(waiting) + ")."
+        else:
+            head = "the other ranks' progress reports could not be read."
+        also = f" Also waiting: {', '.join(waiting)}." if culprits and waiting else ""
+        return (
+            f"The multi-device run stopped: rank {self.rank} waited for the other ranks in {_where(mine)} and gave up"
+            f" ({cause}). {head[0].upper()}{head[1:]}{also} Every rank's collectives wait at most {timeout_s:.0f} s:"
+            f" set HPUParallelStrategy(timeout=timedelta(seconds=...)) or {TIMEOUT_ENV}=<seconds> if a step"
+            " legitimately takes longer (a long checkpoint save on one rank)."
+        )
+
+
+def _where(report: dict[str, Any]) -> str:
+    """"reduce (in training_step #3, optimizer_step #3)": the innermost phase, then what it runs inside."""
+    phase = report["phase"]
+    what = phase if phase in COLLECTIVE_PHASES or not report.get("count") else f"{phase} #{report['count']}"
+    outer = list(reversed(report.get("within", [])))
+    return f"{what} (in {', '.join(outer)})" if outer else what
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+# -- process hygiene -------------------------------------------------------------------------------------------------
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when `parent_pid` (our parent) ends: no orphaned rank, however it ends.
+
+    Linux's PR_SET_PDEATHSIG, called through libc (no library wraps just this); elsewhere nothing is done.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent ended before the call above: end now, as it would have made us
+        os._exit(1)
+
+
+def exit_on_sigterm() -> None:
+    """In a rank that a launcher started: SIGTERM ends the rank (Lightning's own handler would only note it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise RankTerminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def stop_processes(pids: list[int], grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM the processes, SIGKILL those still there after `grace` seconds, and reap them."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace)
+
+
+class TerminationGuard:
+    """In the process that started the other ranks: SIGTERM stops them and then this process, even mid-collective.
+
+    A Python signal handler only runs when the main thread is back in Python, and a rank waiting inside a gloo/HCCL
+    collective is not, until the collective times out. So the signal is also written to a wakeup fd that a thread
+    reads at once: it stops the other ranks (which ends the collective the main thread waits in), and if the main
+    thread has still not ended `grace` seconds later, ends the process.
+    """
+
+    def __init__(self, children: Callable[[], list[int]], grace: float = 30.0) -> None:
+        self._children = children
+        self._grace = grace
+        self.signalled: int | None = None
+        self._previous: Any = None
+        self._previous_fd = -1
+        self._pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+
+    def __enter__(self) -> Self:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        try:
+            previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not possible here: the Python handler alone will do
+            previous_fd = None
+        if previous_fd != -1:  # unavailable, or owned by someone else (an event loop): leave it to them
+            if previous_fd is not None:
+                signal.set_wakeup_fd(previous_fd)
+            os.close(read_fd)
+            os.close(write_fd)
+            return self
+        self._pipe = (read_fd, write_fd)
+        self._thread = threading.Thread(target=self._watch, name="hpu_nb-termination-guard", daemon=True)
+        self._thread.start()
+        return self
+
+    def _on_sigterm(self, signum: int, _frame: Any) -> None:
+        self.signalled = signum
+        stop_processes(self._children())
+        raise RankTerminated(128 + signum)
+
+    def _watch(self) -> None:
+        assert self._pipe is not None
+        while True:
+            try:
+                data = os.read(self._pipe[0], 64)
+            except OSError:
+                return
+            if not data or self._done.is_set():
+                return
+            signals = set(data)
+            if signal.SIGTERM in signals or signal.SIGINT in signals:
+                self.signalled = signal.SIGTERM if signal.SIGTERM in signals else signal.SIGINT
+                stop_processes(self._children())
+                if not self._done.wait(self._grace):
+                    print(
+                        f"hpu_nb: rank 0 (pid {os.getpid()}) still blocked {self._grace:.0f} s after a"
+                        f" {signal.Signals(self.signalled).name}: ending it.",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    os._exit(128 + self.signalled)
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        if self._pipe is not None:
+            signal.set_wakeup_fd(-1)
+            os.close(self._pipe[1])  # ends the watcher's read
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            os.close(self._pipe[0])
+            self._pipe = None
