@@ -242,7 +242,12 @@ def test_fake_modules_names_and_signatures(fake_gaudi: FakeHabana) -> None:  # n
 
 
 def test_fake_install_is_undone(tmp_path) -> None:
+    from hpu_nb.runtime.emulated_habana import is_emulated_module
+
     original = torch.profiler.ProfilerActivity
+    emulated_before = {name for name, module in sys.modules.items()
+                       if name.startswith("habana_frameworks") and is_emulated_module(module)}
+    hpu_before = getattr(torch, "hpu", None)
     with install_fake_habana():
         import habana_frameworks.torch  # noqa: F401
         import habana_frameworks.torch.core  # noqa: F401
@@ -252,11 +257,10 @@ def test_fake_install_is_undone(tmp_path) -> None:
         assert torch.profiler.ProfilerActivity.__module__ == "habana_frameworks.torch"
         assert "hccl" in torch.distributed.Backend.backend_list and os.environ["HPU_NB_BACKEND"] == "gaudi"
     assert torch.profiler.ProfilerActivity is original
-    assert not hasattr(torch, "hpu") and "torch.hpu" not in sys.modules
+    assert getattr(torch, "hpu", None) is hpu_before  # the emulated torch.hpu imported before the fake, or none
     assert "hccl" not in torch.distributed.Backend.backend_list and "HPU_NB_BACKEND" not in os.environ
-    assert not any(name.startswith("habana_frameworks") for name in sys.modules)
-    from hpu_nb.runtime.emulated_habana import is_emulated_module
-
+    # no module of the fake is left; the emulated surface imported before it is back
+    assert {name for name in sys.modules if name.startswith("habana_frameworks")} == emulated_before
     assert is_emulated_module(importlib.import_module("habana_frameworks"))  # no Gaudi software: the emulated one
 
 

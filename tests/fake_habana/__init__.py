@@ -95,6 +95,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
 
     saved_env = {key: os.environ.get(key) for key in _ENV_KEYS}
     saved_pyhlml = sys.modules.get("pyhlml", _MISSING)
+    saved_emulated = _emulated_surface()  # put back afterwards: code imported before the fake keeps working
     _drop_modules()
     paths = [SITE] + ([PYHLML_SITE] if pyhlml else [])
     for path in reversed(paths):
@@ -130,6 +131,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
             sys.modules.pop("pyhlml", None)
         else:
             sys.modules["pyhlml"] = saved_pyhlml  # type: ignore[assignment]
+        _restore_emulated_surface(saved_emulated)
         importlib.invalidate_caches()
         for key, value in saved_env.items():
             if value is None:
@@ -154,6 +156,29 @@ def block_habana() -> Iterator[None]:
             sys.modules.pop("pyhlml", None)
         else:
             sys.modules["pyhlml"] = saved  # type: ignore[assignment]
+
+
+def _emulated_surface() -> dict[str, Any]:
+    """The emulated habana_frameworks modules imported so far (and torch.hpu, when it is the emulated one)."""
+    import torch
+
+    from hpu_nb.runtime.emulated_habana import is_emulated_module
+
+    modules = {name: module for name, module in sys.modules.items()
+               if (name == "habana_frameworks" or name.startswith("habana_frameworks.")) and is_emulated_module(module)}
+    hpu = getattr(torch, "hpu", None)
+    if hpu is not None and is_emulated_module(hpu):
+        modules["torch.hpu"] = hpu
+    return modules
+
+
+def _restore_emulated_surface(modules: dict[str, Any]) -> None:
+    import torch
+
+    hpu = modules.pop("torch.hpu", None)
+    sys.modules.update(modules)
+    if hpu is not None and not hasattr(torch, "hpu"):
+        torch._register_device_module("hpu", hpu)
 
 
 def _drop_modules() -> None:
