@@ -248,6 +248,7 @@ def test_fake_install_is_undone(tmp_path) -> None:
     emulated_before = {name for name, module in sys.modules.items()
                        if name.startswith("habana_frameworks") and is_emulated_module(module)}
     hpu_before = getattr(torch, "hpu", None)
+    hccl_before = "hccl" in torch.distributed.Backend.backend_list  # the emulated HCCL, when the device was loaded
     with install_fake_habana():
         import habana_frameworks.torch  # noqa: F401
         import habana_frameworks.torch.core  # noqa: F401
@@ -258,7 +259,7 @@ def test_fake_install_is_undone(tmp_path) -> None:
         assert "hccl" in torch.distributed.Backend.backend_list and os.environ["HPU_NB_BACKEND"] == "gaudi"
     assert torch.profiler.ProfilerActivity is original
     assert getattr(torch, "hpu", None) is hpu_before  # the emulated torch.hpu imported before the fake, or none
-    assert "hccl" not in torch.distributed.Backend.backend_list and "HPU_NB_BACKEND" not in os.environ
+    assert ("hccl" in torch.distributed.Backend.backend_list) == hccl_before and "HPU_NB_BACKEND" not in os.environ
     # no module of the fake is left; the emulated surface imported before it is back
     assert {name for name in sys.modules if name.startswith("habana_frameworks")} == emulated_before
     assert is_emulated_module(importlib.import_module("habana_frameworks"))  # no Gaudi software: the emulated one

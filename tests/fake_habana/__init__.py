@@ -169,6 +169,9 @@ def _emulated_surface() -> dict[str, Any]:
     hpu = getattr(torch, "hpu", None)
     if hpu is not None and is_emulated_module(hpu):
         modules["torch.hpu"] = hpu
+    plugin = torch.distributed.Backend._plugins.get("HCCL")
+    if plugin is not None and plugin.creator_fn.__module__ == "hpu_nb.runtime.hpu_device.hccl":
+        modules["emulated hccl"] = True
     return modules
 
 
@@ -176,6 +179,10 @@ def _restore_emulated_surface(modules: dict[str, Any]) -> None:
     import torch
 
     hpu = modules.pop("torch.hpu", None)
+    if modules.pop("emulated hccl", False):
+        from hpu_nb.runtime.hpu_device import hccl
+
+        hccl.register()
     sys.modules.update(modules)
     if hpu is not None and not hasattr(torch, "hpu"):
         torch._register_device_module("hpu", hpu)
