@@ -134,7 +134,8 @@ def test_viewer_answers_view_search_and_click(big_trace):
     assert {m[0] for m in v.matches} == {f"tpc_kernel{i}" for i in range(5)}
     i = int(np.flatnonzero(np.array(big_trace.names)[big_trace.name_id] == "tpc_kernel1")[0])
     v.selected = i
-    assert v.details["name"] == "tpc_kernel1" and v.details["duration_us"] == 6.0
+    assert v.details["name"] == "tpc_kernel1" and ["duration", "6 us"] in v.details["rows"]
+    assert ["category", "kernel"] in v.details["rows"] and ["nesting depth", "0"] in v.details["rows"]
     v.view = ["bad", None]  # garbage from a front end never raises out of the comm
     assert v.error == "" and v.payload_meta["t0"] == 0.0
 

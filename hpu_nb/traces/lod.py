@@ -84,7 +84,7 @@ class TimelineIndex:
         self._pos: list[np.ndarray] = []
         self._cummax_end: list[np.ndarray] = []
         depth = trace.depth
-        for track in sorted(trace.tracks, key=lambda t: t.sort_key):
+        for track in trace.visible_tracks():  # tracks without op spans (metadata, the profiler's window) are hidden
             lo, hi = int(trace.track_bounds[track.index]), int(trace.track_bounds[track.index + 1])
             d = depth[lo:hi]
             if not (d >= 0).any():
