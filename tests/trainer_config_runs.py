@@ -17,6 +17,7 @@ Usage: python -m torch.distributed.run --nproc_per_node N tests/trainer_config_r
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import logging
@@ -133,6 +134,8 @@ def main() -> None:
             result = run_one(values, workdir, args.fp8)
         except Exception as err:  # noqa: BLE001 - recorded and reported by the test
             result = {"ok": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()[-2000:]}
+        # a Trainer's profiler tears down when it is collected: collect it now, while no other profiler runs
+        gc.collect()
         result.update(key=key(values), seconds=round(time.perf_counter() - start, 3))
         done[program] = result
         results.append(result)

@@ -108,16 +108,35 @@ def _check(lab) -> None:
     state = _wait_state(lab, lambda s: abs((s["t1"] - s["t0"]) - 1.04 * (s1 - s0)) < 1e4)
     assert state["t0"] <= s0 and state["t1"] >= s1
 
-    # click the middle of the first row (the main thread's top-level spans: ProfilerStep#N and Lightning's ranges)
+    assert widget.get_attribute("data-step") == "0"  # the picker shows the step on view
+
+    # hovering a span shows a tooltip; zooming out hides it and puts the picker back on "all steps"
     box = canvas.bounding_box()
-    plot_w = box["width"] - 170
-    lab.page.mouse.click(box["x"] + 170 + plot_w / 2, box["y"] + 20 + 8)
+    label_w = int(widget.get_attribute("data-label-w"))
+    plot_w = box["width"] - label_w
+    lab.page.mouse.move(box["x"] + label_w + plot_w / 2, box["y"] + 20 + 8)
+    tip = widget.locator(".hpu-trace-tip")
+    tip.wait_for(state="visible")
+    assert "in view" in tip.inner_text()
+    widget.locator(".hpu-trace-reset").click()
+    tip.wait_for(state="hidden")
+    assert widget.locator(".hpu-trace-steps").input_value() == "-1" and widget.get_attribute("data-step") == "-1"
+    widget.locator(".hpu-trace-steps").select_option(index=1)
+    _wait_state(lab, lambda s: abs((s["t1"] - s["t0"]) - 1.04 * (s1 - s0)) < 1e4)
+
+    # click the middle of the first row (the main thread's top-level spans: ProfilerStep#N and Lightning's ranges):
+    # the details are a table of formatted values
+    lab.page.mouse.click(box["x"] + label_w + plot_w / 2, box["y"] + 20 + 8)
     state = _wait_state(lab, lambda s: s["selected"] >= 0 and s["detail"] is not None)
     assert state["detail"].startswith(("ProfilerStep#", "[pl]")), state["detail"]
-    details = widget.locator(".hpu-trace-details")
+    details = widget.locator(".hpu-trace-details table")
+    details.wait_for()
     lab.page.wait_for_function(
         "(args) => args[0].textContent.includes(args[1])", arg=[details.element_handle(), state["detail"]]
     )
+    cells = {r.locator("th").inner_text(): r.locator("td").inner_text() for r in details.locator("tr").all()}
+    assert cells["name"] == state["detail"] and cells["duration"].endswith(("ms", "us")) and "{" not in cells["start"]
+    lab.screenshot("trace-viewer-details", widget)
 
     # search: the matches list and the Python query follow the text box
     widget.locator(".hpu-trace-search").fill("addmm")
