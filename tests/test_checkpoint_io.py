@@ -75,7 +75,8 @@ def test_killing_a_saving_process_never_corrupts_the_previous_checkpoint(tmp_pat
     path = tmp_path / "last.ckpt"
     HPUCheckpointIO().save_checkpoint({"w": torch.full((4,), 1.0), "version": 1}, path)
     before = path.read_bytes()
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stdout.readline().strip() == "saving"
         deadline = time.monotonic() + 60
@@ -102,7 +103,8 @@ def test_trainer_checkpoints_resume_on_hpu(tmp_path):
     ckpt = tmp_path / "manual.ckpt"
     trainer.save_checkpoint(ckpt)
     resumed = LinearModel(16)
-    trainer2 = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", max_epochs=10, max_steps=8, default_root_dir=tmp_path))
+    trainer2 = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", max_epochs=10, max_steps=8,
+                                                default_root_dir=tmp_path))
     trainer2.fit(resumed, data, ckpt_path=ckpt)
     assert trainer2.global_step == 8
     restored = LinearModel.load_from_checkpoint(ckpt, features=16)

@@ -102,7 +102,9 @@ def test_no_error_names_a_disabled_control(lazy: str, monkeypatch: pytest.Monkey
 
 
 def test_the_reported_dead_end_is_gone() -> None:
-    """torch.autocast, then fp8 inference: the autocast style no longer matters, so it is neither an error nor enabled."""
+    """torch.autocast, then fp8 inference: the autocast style no longer matters, so it is neither an error nor
+    enabled.
+    """
     from hpu_nb.notebook.config_widget import TrainerConfigWidget
 
     cfg = TrainerConfigWidget(precision="bf16-mixed")
@@ -131,7 +133,7 @@ def test_generated_code_builds_the_same_trainer(strategy: str, stage: int, offlo
         if (values["strategy"], values["deepspeed_stage"], values["offload_optimizer"]) != (strategy, stage, offload):
             continue
         if (values["accelerator"], values["profiler"], values["monitor"]) not in ONE_FORM:
-            continue  # construction: the orthogonal choices all off or all on ("hpu" vs HPUAccelerator()); all train below
+            continue  # construction: orthogonal choices all off or all on; every one of them trains (below)
         cfg = TrainerConfig(**values)
         code = cfg.code
         compile(code, "<generated>", "exec")  # always valid Python, errors or not
@@ -209,7 +211,8 @@ def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     assert any("PT_HPU_LAZY_MODE=0" in e for e in errors(strategy="fsdp", devices=2))
     assert errors(strategy="deepspeed", deepspeed_stage=0, offload_optimizer=True) == []  # offload: not at stage 0
     assert not TrainerConfig(strategy="deepspeed", deepspeed_stage=0, offload_optimizer=True).offloads
-    assert any("in both lists" in e for e in errors(precision="bf16-mixed", lower_list=["linear"], fp32_list=["linear"]))
+    assert any("in both lists" in e
+               for e in errors(precision="bf16-mixed", lower_list=["linear"], fp32_list=["linear"]))
     ignored = TrainerConfig(precision="32-true", lower_list=["linear"])
     assert not ignored.errors and "op lists are not used" in ignored.warnings[0].message
     assert "lower_list" not in ignored.code

@@ -14,7 +14,6 @@ from lightning.pytorch.loggers.logger import Logger
 from hpu_nb.notebook.memory_monitor import (
     BATCHES,
     FIELDS,
-    IN_USE,
     LOG_PREFIX,
     LOSS,
     SAMPLES,
@@ -72,7 +71,8 @@ def _same(a: list[list[float]], b: list[list[float]]) -> bool:
 
 def _fit(monitor: MemoryMonitor, batches: int = 4, epochs: int = 1, features: int = FEATURES,
          **trainer_kwargs: Any) -> L.Trainer:
-    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs(max_epochs=epochs, **trainer_kwargs))
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor],
+                        **quiet_trainer_kwargs(max_epochs=epochs, **trainer_kwargs))
     trainer.fit(LinearModel(features), regression_data(n=16 * batches, features=features))
     return trainer
 

@@ -23,7 +23,8 @@ class HPUAccelerator(Accelerator):
     def setup_device(self, device: torch.device) -> None:
         expected = get_backend().root_device().type
         if device.type != expected:
-            raise MisconfigurationException(f"Device should be {expected!r} for the {get_backend().describe()}, got {device}.")
+            raise MisconfigurationException(f"Device should be {expected!r} for the {get_backend().describe()}, got "
+                                            f"{device}.")
 
     def setup(self, trainer: Any) -> None:
         backend = get_backend()
@@ -135,7 +136,8 @@ def _parse_hpus(devices: Any) -> int:
         count = devices
     else:
         raise MisconfigurationException(
-            f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, or 'auto'."
+            f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, "
+            f"or 'auto'."
         )
     if count < 1:
         raise MisconfigurationException(f"`devices={devices!r}`: the number of HPUs must be at least 1 (or 'auto').")
@@ -143,6 +145,7 @@ def _parse_hpus(devices: Any) -> int:
         backend = get_backend()
         hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
         raise MisconfigurationException(
-            f"`devices={devices!r}` asks for {count} HPUs but only {available} are available ({backend.describe()}).{hint}"
+            f"`devices={devices!r}` asks for {count} HPUs but only {available} are available "
+            f"({backend.describe()}).{hint}"
         )
     return count

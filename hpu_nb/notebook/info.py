@@ -180,7 +180,8 @@ def render_html(info: HPUInfo) -> str:
     def flag_rows(flags: list) -> str:
         rows = []
         for f in flags:
-            value = f"<code>{html.escape(f.value)}</code>" if f.value is not None else '<span class="muted">unset</span>'
+            unset = '<span class="muted">unset</span>'
+            value = f"<code>{html.escape(f.value)}</code>" if f.value is not None else unset
             rows.append(f"<tr><td><code>{html.escape(f.name)}</code></td><td>{value}</td>"
                         f"<td>{html.escape(f.meaning)}</td></tr>")
         return "".join(rows)

@@ -163,7 +163,8 @@ class TrainingChart(anywidget.AnyWidget):
 
 
 class MemoryMonitor(Callback):
-    """Live device memory, loss and throughput for a Trainer: `L.Trainer(accelerator="hpu", callbacks=[MemoryMonitor()])`.
+    """Live device memory, loss and throughput of a Trainer:
+    `L.Trainer(accelerator="hpu", callbacks=[MemoryMonitor()])`.
 
     It shows its chart in the cell that trains (unless it was already shown there); display the monitor yourself to
     put the chart elsewhere. `reset_peak=True` resets the device's MaxInUse when a run starts, so the peak is this

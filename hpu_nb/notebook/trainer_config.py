@@ -200,7 +200,8 @@ class TrainerConfig:
         if self.strategy == "single" and devices > 1:
             err("strategy", f"the single-device strategy runs on one HPU; choose parallel / DDP for {devices} devices.")
         if self.strategy in ("parallel", "ddp", "deepspeed", "fsdp") and devices == 1:
-            warn("strategy", "one device: this strategy runs a single process; 'single' does the same with less set-up.")
+            warn("strategy", "one device: this strategy runs a single process; 'single' does the same with less "
+                             "set-up.")
         if self.strategy == "deepspeed":
             if importlib.util.find_spec("deepspeed") is None:
                 err("strategy", "DeepSpeed is not installed: pip install 'hpu_nb[deepspeed]' (on a Gaudi, Habana's "

@@ -44,7 +44,8 @@ from hpu_nb.runtime.emulated import EmulatedBackend
 set_backend(EmulatedBackend(memory_limit="24MiB"))
 oom_monitor = hpu_nb.MemoryMonitor(update_interval=0.1)
 try:
-    L.Trainer(accelerator="hpu", callbacks=[oom_monitor], max_epochs=1, **quiet).fit(Net(width=1536), data(width=1536, n=64))
+    L.Trainer(accelerator="hpu", callbacks=[oom_monitor], max_epochs=1, **quiet).fit(
+        Net(width=1536), data(width=1536, n=64))
 except hpu_nb.HPUOutOfMemoryError as err:
     print("out of memory:", str(err)[:90])
 set_backend(None)""",
@@ -133,7 +134,8 @@ def _check(lab) -> None:  # noqa: ANN001
     assert 'precision="32-true"' in before
     form.locator(".hpu-cfg-row-precision select").select_option(label="bf16-mixed")
     lab.page.wait_for_function(
-        """() => { const pre = window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('pre.hpu-cfg-code');
+        """() => { const pre = window.jupyterapp.shell.currentWidget.content.widgets[4].node
+                .querySelector('pre.hpu-cfg-code');
             return pre && pre.textContent.includes('precision="bf16-mixed"'); }""")
     form.locator(".hpu-cfg-row-monitor input[type=checkbox]").check()
     lab.page.wait_for_function(
@@ -141,7 +143,8 @@ def _check(lab) -> None:  # noqa: ANN001
             .textContent.includes('callbacks=[MemoryMonitor()]')""")
     form.locator(".hpu-cfg-row-devices input").fill("2")
     form.locator(".hpu-cfg-row-devices input").press("Enter")
-    form.locator(".hpu-cfg-row-strategy select").select_option(label="single device (hpu_single)")  # invalid with 2 devices: an error shows
+    # invalid with 2 devices: an error shows
+    form.locator(".hpu-cfg-row-strategy select").select_option(label="single device (hpu_single)")
     form.locator(".hpu-cfg-error").first.wait_for()
     assert "single-device strategy" in form.locator(".hpu-cfg-issues").inner_text()
     shot = lab.screenshot("config_widget_error", form)
@@ -153,7 +156,8 @@ def _check(lab) -> None:  # noqa: ANN001
     assert after != before and 'strategy="hpu_parallel"' in after and "devices=2" in after
     form.locator("button.hpu-cfg-copy").click()
     lab.page.wait_for_function(
-        "() => window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('.hpu-cfg-panel').hasAttribute('data-copied')")
+        "() => window.jupyterapp.shell.currentWidget.content.widgets[4].node.querySelector('.hpu-cfg-panel')"
+        ".hasAttribute('data-copied')")
     copied = form.locator(".hpu-cfg-panel").get_attribute("data-copied")
     assert copied == "yes"
     try:

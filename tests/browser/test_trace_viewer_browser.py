@@ -33,13 +33,15 @@ L.Trainer(accelerator="hpu", profiler=profiler, max_epochs=1, limit_train_batche
 viewer = profiler.show()
 viewer""",
     # 1: the Python side of the widget, as JSON (read back by the test after each browser action)
-    """print("STATE" + json.dumps({"view": viewer.view, "t0": viewer.payload_meta["t0"], "t1": viewer.payload_meta["t1"],
+    """print("STATE" + json.dumps({"view": viewer.view, "t0": viewer.payload_meta["t0"],
+      "t1": viewer.payload_meta["t1"],
       "n": viewer.payload_meta["n"], "query": viewer.query, "selected": viewer.selected,
       "detail": viewer.details.get("name"), "steps": viewer.steps, "width": viewer.width}))""",
     # 2: a trace whose op name is markup
     f"""import pathlib
 p = pathlib.Path(tempfile.mkdtemp()) / "hostile.json"
-ev = [{{"ph": "X", "name": {HOSTILE!r}, "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 8.0}} for i in range(50)]
+ev = [{{"ph": "X", "name": {HOSTILE!r}, "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 8.0}}
+      for i in range(50)]
 p.write_text(json.dumps({{"traceEvents": ev}}))
 %load_ext hpu_nb
 %hpu_trace {{p}}""",

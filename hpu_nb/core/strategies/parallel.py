@@ -91,14 +91,17 @@ def in_interactive_session() -> bool:
 def resolve_start_method(start_method: str | None) -> str:
     """None / "auto": fork in a notebook (Lightning requires it there), Lightning's script launcher elsewhere."""
     if start_method in (None, "auto"):
-        return "fork" if in_interactive_session() and "fork" in torch.multiprocessing.get_all_start_methods() else "popen"
+        forkable = "fork" in torch.multiprocessing.get_all_start_methods()
+        return "fork" if in_interactive_session() and forkable else "popen"
     if start_method not in START_METHODS:
         raise ValueError(f"start_method={start_method!r} is not one of: auto, {', '.join(START_METHODS)}.")
     return start_method
 
 
 class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
-    """Lightning's fork/spawn launcher, plus: refuse to fork an open Gaudi runtime, and give each worker its own card."""
+    """Lightning's fork/spawn launcher, plus: refuse to fork an open Gaudi runtime, and give each worker its own
+    card.
+    """
 
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         if self._start_method in ("fork", "forkserver"):
@@ -136,7 +139,8 @@ class HPUParallelMixin:
     def parallel_devices(self, devices: list[Any] | None) -> None:
         devices = _backend_devices(devices)
         if "_hpu_requested_devices" not in self.__dict__:  # first call: from __init__
-            # Hidden until the connector assigns devices: a visible cpu root device would make it pick accelerator="cpu".
+            # Hidden until the connector assigns devices: a visible cpu root device would make it pick
+            # accelerator="cpu".
             self._hpu_requested_devices = devices
             self._hpu_devices = None
             return
@@ -192,7 +196,8 @@ class HPUParallelMixin:
 
 
 class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
-    """DDP across Gaudi cards over HCCL (gloo on the emulated Gaudi), chosen for `Trainer(accelerator="hpu", devices>1)`.
+    """DDP across Gaudi cards over HCCL (gloo on the emulated Gaudi), chosen for
+    `Trainer(accelerator="hpu", devices>1)`.
 
     start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
     """
