@@ -1,4 +1,5 @@
-"""Overhead of MemoryMonitor: the same model trained with and without it, interleaved, in one run.
+"""Overhead of MemoryMonitor (memory, loss and throughput sampled every batch, its chart fed every 0.25 s): the same
+model trained with and without it, interleaved, in one run.
 
 Three arms, interleaved: no callback, an empty Callback (what Lightning's hook dispatch costs for any callback),
 and MemoryMonitor. Prints median process-CPU times (less disturbed by other processes than wall time on a shared

@@ -79,6 +79,7 @@ function render({ model, el }) {
     for (const issue of list) {
       const li = document.createElement("li");
       li.className = `hpu-cfg-issue hpu-cfg-${issue.level}`;
+      li.setAttribute("data-field", issue.field);
       li.textContent = `${issue.level === "error" ? "✖" : "⚠"} ${issue.field}: ${issue.message}`;
       issues.appendChild(li);
     }
