@@ -357,7 +357,7 @@ class Trace:
         for d, label in enumerate(mem.devices):
             pick = order[mem.device[order] == d]
             series[label] = np.stack([ts[pick], mem.allocated[pick], mem.reserved[pick]], axis=1)
-        return MemoryTimeline(series)
+        return MemoryTimeline(series, note=self.device_note)
 
     def counters(self) -> dict[str, np.ndarray]:
         """Counter ("C") events: name -> array of (t_ns, value) for their first numeric series."""
@@ -385,8 +385,9 @@ class Trace:
 class MemoryTimeline:
     """Memory in use over time per device, from the profiler's [memory] events."""
 
-    def __init__(self, series: dict[str, np.ndarray]) -> None:
+    def __init__(self, series: dict[str, np.ndarray], note: str = "") -> None:
         self.series = series  # device -> rows of (t_ns, allocated, reserved)
+        self.note = note  # what the trace says about its device (e.g. that the Gaudi was emulated)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.series.values())
@@ -402,7 +403,7 @@ class MemoryTimeline:
             if len(s)
         ]
         return Table(
-            "Memory ([memory] events)",
+            "Memory ([memory] events)" + (f" ({self.note})" if self.note else ""),
             ["device", "events", "peak allocated", "final allocated", "peak reserved"],
             rows,
             {"peak allocated": fmt_bytes, "final allocated": fmt_bytes, "peak reserved": fmt_bytes},
