@@ -313,8 +313,8 @@ class TrainerConfig:
         if self.offloads:
             optimizer = Call("DeepSpeedCPUAdam", (("lr", self.offload_lr),), (Call("model.parameters"),))
             steps.append(Statement("model.configure_optimizers", Lambda(optimizer), comments=(
-                "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own optimizer (a torch optimizer is",
-                "refused): train your model with DeepSpeedCPUAdam (set the learning rate you want).")))
+                "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own",
+                "optimizer (it refuses a torch one): set the learning rate you want.")))
         args: dict[str, Any] = {}
         args["accelerator"] = Call("HPUAccelerator") if self.accelerator == "HPUAccelerator()" else "hpu"
         args["devices"] = self.devices

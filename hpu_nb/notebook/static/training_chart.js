@@ -18,13 +18,14 @@ const PANELS = [
   { key: "rate", height: 100, title: "throughput (samples/s)" },
 ];
 
+// the same format as hpu_nb's format_bytes (the summary, the messages): one figure reads the same everywhere
 function formatBytes(n) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   let v = Math.abs(n);
   while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
   const sign = n < 0 ? "-" : "";
-  return i === 0 ? `${sign}${v.toFixed(0)} B` : `${sign}${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ${units[i]}`;
+  return i === 0 ? `${sign}${v.toFixed(0)} B` : `${sign}${v.toFixed(2)} ${units[i]}`;
 }
 
 function fmt(v, digits = 3) {
