@@ -33,6 +33,7 @@ def test_hpu_trainer_prints_one_hpu_line(records: pytest.LogCaptureFixture) -> N
     assert not [m for m in built if m.startswith(("GPU available", "TPU available", "💡"))], built
     records.clear()
     with warnings.catch_warnings(record=True) as caught:  # the filters in force, as install() left them
+        trainer_output.install()
         trainer.fit(LinearModel(8), regression_data(n=16, features=8, batch_size=16))
     assert not [m for m in _messages(records) if "available" in m]  # the fact is not repeated at fit
     assert not [w for w in caught if "LeafSpec" in str(w.message)]

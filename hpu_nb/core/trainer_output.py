@@ -45,6 +45,9 @@ def install() -> bool:
     original = getattr(trainer_setup, "_log_device_info", None)
     if original is None:
         return False
+    # (re)applied on every call: a warnings.catch_warnings block around an earlier call may have dropped it
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
     if getattr(original, "_hpu_nb_wrapped", False):
         return True
 
@@ -66,6 +69,4 @@ def install() -> bool:
     logger = logging.getLogger(RANK_ZERO_LOGGER)
     if not any(isinstance(f, HPUTrainerNoiseFilter) for f in logger.filters):
         logger.addFilter(HPUTrainerNoiseFilter())
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
     return True

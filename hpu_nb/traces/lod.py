@@ -96,7 +96,6 @@ class TimelineIndex:
                 self.rows.append(Row(track.index, level, track.label, track.kind))
                 self._pos.append(pos)
                 self._cummax_end.append(np.maximum.accumulate(trace.end[pos]))
-        self.hidden_depth = int(depth.max()) + 1 > max_depth if len(depth) else False
 
     def row_meta(self) -> list[dict[str, Any]]:
         return [{"track": r.track, "depth": r.depth, "label": r.label, "kind": r.kind} for r in self.rows]
