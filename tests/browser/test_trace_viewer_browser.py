@@ -68,6 +68,7 @@ def test_trace_viewer_in_jupyterlab(lab, jupyter_lab) -> None:
     jupyter_lab.write_notebook("browser_trace.ipynb", CELLS)
     started = time.monotonic()
     lab.open_notebook("browser_trace.ipynb")
+    lab.hide_side_panels()
     try:
         _check(lab)
     finally:
@@ -93,6 +94,9 @@ def _check(lab) -> None:
     # the front end told Python its real width
     state = _wait_state(lab, lambda s: s["width"] != 900)
     full = state["t1"] - state["t0"]
+    # nothing is cut off on the right: the op table fits beside the timeline
+    side = widget.locator(".hpu-trace-side")
+    assert lab.page.evaluate("(el) => el.scrollWidth <= el.clientWidth + 1", side.element_handle())
     shot = lab.screenshot("trace-viewer", widget)
     lab.publish(shot, "trace_viewer.png")
 
