@@ -8,8 +8,12 @@ TORCH_CPU := torch==2.13.0
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,deepspeed
 JUPYTER_PORT ?= 8888
+# DeepSpeed's C++ ops are compiled by torch into TORCH_EXTENSIONS_DIR (default: one folder per user, shared by every
+# checkout and venv, so each one rebuilds the others' ops). Ours live in the venv: built once by `make setup`, found by
+# the tests, by `make lab` and by any kernel of this venv (its kernel spec sets the same variable).
+export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 
-.PHONY: setup lab test test-fast bench browser screenshots clean
+.PHONY: setup lab test test-fast lint bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -29,11 +33,18 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
 	@# The emulated Gaudi's hpu device is a small C++ library built for this torch (~20 s, cached in ~/.cache/hpu_nb).
 	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.runtime.hpu_device; fi
-	@# DeepSpeed runs through its HPU accelerator (on the emulated Gaudi too); ZeRO-Offload's CPU Adam is a C++ op
-	@# DeepSpeed compiles on first use (~1-2 min here): do it once now, not inside a notebook or a timed test.
+	@# Kernels started from this venv (JupyterLab, nbmake) find the ops where setup built them.
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (hpu_nb)" \
+		--env TORCH_EXTENSIONS_DIR "$(TORCH_EXTENSIONS_DIR)" >/dev/null
+	@# DeepSpeed probes libaio by linking a test program; without libaio-dev the linker's errors reach notebooks.
+	@bash .ci/install_system_libs.sh
+	@# DeepSpeed runs through its HPU accelerator (on the emulated Gaudi too); ZeRO-Offload's DeepSpeedCPUAdam is a C++
+	@# op DeepSpeed compiles on first use (~1-2 min here). Build it once now, with the environment hpu_nb gives
+	@# DeepSpeed, not inside a notebook.
 	@if $(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)"; then \
-		echo "building DeepSpeed's CPU Adam op for ZeRO-Offload (once)"; \
-		DS_ACCELERATOR=hpu $(PY) -c "from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('CPUAdamBuilder').load()" >/dev/null; \
+		echo "building DeepSpeed's CPU Adam op into $(TORCH_EXTENSIONS_DIR) (once, a minute or two)"; \
+		$(PY) -c "from hpu_nb.core.strategies.deepspeed import require_deepspeed; require_deepspeed(); \
+from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('CPUAdamBuilder').load()" >/dev/null; \
 	fi
 	@touch $(STAMP)
 
@@ -43,8 +54,11 @@ lab: setup
 browser: setup
 	@bash .ci/install_browser.sh || true
 
-test: setup browser
+test: setup browser lint
 	$(PY) -m pytest tests --nbmake notebooks -q
+
+lint: setup
+	$(PY) -m ruff check .
 
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow"

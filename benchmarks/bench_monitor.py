@@ -1,4 +1,5 @@
-"""Overhead of MemoryMonitor: the same model trained with and without it, interleaved, in one run.
+"""Overhead of MemoryMonitor (memory, loss and throughput sampled every batch, its chart fed every 0.25 s): the same
+model trained with and without it, interleaved, in one run.
 
 Three arms, interleaved: no callback, an empty Callback (what Lightning's hook dispatch costs for any callback),
 and MemoryMonitor. Prints median process-CPU times (less disturbed by other processes than wall time on a shared
@@ -41,7 +42,8 @@ class MLP(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-ARMS = ("none", "empty", "monitor")  # no callback; a Callback() that does nothing (Lightning's own dispatch cost); the monitor
+# no callback; a Callback() that does nothing (Lightning's own dispatch cost); the monitor
+ARMS = ("none", "empty", "monitor")
 
 
 def run(arm: str, data: DataLoader, width: int) -> tuple[float, float, int]:
@@ -59,7 +61,8 @@ def hook_cost(data: DataLoader, width: int, n: int = 2000) -> float:
     """Microseconds the monitor's two per-batch hooks take (start + end), timed on a set-up Trainer."""
     monitor = MemoryMonitor(auto_display=False)
     trainer = L.Trainer(accelerator="hpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[monitor], limit_train_batches=2)
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[monitor],
+                        limit_train_batches=2)
     trainer.fit(MLP(width), data)
     monitor.setup(trainer, trainer.lightning_module, "fit")
     start = time.perf_counter()
@@ -109,7 +112,8 @@ def main() -> None:
     paired = [on / off for on, off in zip(cpu["monitor"], cpu["none"])]
     ratio = med(cpu["monitor"]) / med(cpu["none"])
     print(f"ratio monitor / empty Callback (the monitor's own cost): {med(cpu['monitor']) / med(cpu['empty']):.3f}x")
-    print(f"ratio empty Callback / none (Lightning's per-callback dispatch): {med(cpu['empty']) / med(cpu['none']):.3f}x")
+    print(f"ratio empty Callback / none (Lightning's per-callback dispatch): "
+          f"{med(cpu['empty']) / med(cpu['none']):.3f}x")
     print(f"ratio wall (medians): {med(wall['monitor']) / med(wall['none']):.3f}x   "
           f"median of paired CPU ratios: {med(paired):.3f}x")
     print(f"ratio with/without: {ratio:.3f}x (process CPU time, medians; target <= 1.03x) -> "

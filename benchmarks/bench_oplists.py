@@ -68,7 +68,8 @@ def main() -> None:
         for name, (m, ctx) in cases.items():
             times[name].append(step_ms(m, x, ctx))
     base = statistics.median(times["autocast"])
-    print(f"MLP {args.depth} x Linear({args.width}) + relu + softmax, batch {args.batch}, {args.rounds} interleaved rounds")
+    print(f"MLP {args.depth} x Linear({args.width}) + relu + softmax, batch {args.batch}, {args.rounds} interleaved "
+          f"rounds")
     for name, values in times.items():
         med = statistics.median(values)
         print(f"  {name:26s} {med:8.2f} ms/step   ratio {med / base:5.2f}")

@@ -164,7 +164,8 @@ def malformed_vs_clean(work: str, small: str, events: int, repeat: int) -> None:
     for kind, bad in BAD_EVENTS.items():
         variants[kind] = os.path.join(work, f"bad_{len(variants)}.pt.trace.json")
         with_one_bad_event(clean, variants[kind], bad)
-    print(f"malformed events: {n:,}-event trace ({os.path.getsize(clean) / 2**20:.0f} MiB), one bad event in its middle")
+    size_mib = os.path.getsize(clean) / 2**20
+    print(f"malformed events: {n:,}-event trace ({size_mib:.0f} MiB), one bad event in its middle")
     for kind, path in variants.items():
         runs: dict[str, list[dict]] = {"clean": [], "bad": []}
         for _ in range(repeat):

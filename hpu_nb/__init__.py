@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidCheckpointError": "hpu_nb.core.checkpoint_io",
     "StuckRankError": "hpu_nb.core.strategies.liveness",
     "HPUProfiler": "hpu_nb.core.profiler",
-    "TrainerConfig": "hpu_nb.core.trainer_config",
+    "TrainerConfig": "hpu_nb.notebook.trainer_config",
     "MemoryMonitor": "hpu_nb.notebook.memory_monitor",
     "TrainerConfigWidget": "hpu_nb.notebook.config_widget",
     "PrecisionConfigWidget": "hpu_nb.notebook.config_widget",
@@ -49,11 +49,7 @@ __all__ = sorted(_EXPORTS) + ["load_ipython_extension", "unload_ipython_extensio
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        module = importlib.import_module(_EXPORTS[name])
-        try:
-            value = getattr(module, name)
-        except AttributeError:
-            raise AttributeError(f"hpu_nb.{name} is not available in this version ({_EXPORTS[name]}).") from None
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     if name in _SUBPACKAGES:

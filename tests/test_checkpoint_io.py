@@ -81,7 +81,8 @@ def test_killing_a_saving_process_never_corrupts_the_previous_checkpoint(tmp_pat
     path = tmp_path / "last.ckpt"
     HPUCheckpointIO().save_checkpoint({"w": torch.full((4,), 1.0), "version": 1}, path)
     before = path.read_bytes()
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stdout.readline().strip() == "saving"
         deadline = time.monotonic() + 60
@@ -103,11 +104,13 @@ def test_killing_a_saving_process_never_corrupts_the_previous_checkpoint(tmp_pat
 def test_the_next_save_removes_the_temp_file_a_killed_saver_left(tmp_path):
     path = tmp_path / "last.ckpt"
     HPUCheckpointIO().save_checkpoint({"w": torch.full((4,), 1.0), "version": 1}, path)
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SAVER), str(path)], stdout=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stdout.readline().strip() == "saving"
         deadline = time.monotonic() + 60
-        while not (leftovers := [p for p in tmp_path.iterdir() if p.name.endswith(".tmp") and p.stat().st_size > 1 << 20]):
+        while not (leftovers := [p for p in tmp_path.iterdir()
+                                 if p.name.endswith(".tmp") and p.stat().st_size > 1 << 20]):
             assert time.monotonic() < deadline, "the saver never started writing"
             time.sleep(0.005)
         os.kill(proc.pid, signal.SIGKILL)
@@ -165,7 +168,8 @@ def test_an_empty_checkpoint_is_a_clear_error(tmp_path):
 def test_a_garbage_checkpoint_is_a_clear_error(tmp_path):
     path = tmp_path / "garbage.ckpt"
     path.write_bytes(b"GARBAGE!" * 100)
-    with pytest.raises(InvalidCheckpointError, match=r"garbage.ckpt: the file \(800 bytes, first bytes b'GARB'\) is not") as info:
+    expected = r"garbage.ckpt: the file \(800 bytes, first bytes b'GARB'\) is not"
+    with pytest.raises(InvalidCheckpointError, match=expected) as info:
         HPUCheckpointIO().load_checkpoint(path)
     assert "weights_only" not in str(info.value)
 
@@ -174,7 +178,8 @@ def test_a_checkpoint_cut_short_is_a_clear_error(tmp_path):
     path = tmp_path / "cut.ckpt"
     HPUCheckpointIO().save_checkpoint({"w": torch.ones(1000)}, path)
     path.write_bytes(path.read_bytes()[:1500])
-    with pytest.raises(InvalidCheckpointError, match=r"cut.ckpt: the file \(1,500 bytes\) is a PyTorch checkpoint cut short"):
+    expected = r"cut.ckpt: the file \(1,500 bytes\) is a PyTorch checkpoint cut short"
+    with pytest.raises(InvalidCheckpointError, match=expected):
         HPUCheckpointIO().load_checkpoint(path)
 
 
@@ -200,7 +205,8 @@ def test_trainer_checkpoints_resume_on_hpu(tmp_path):
     ckpt = tmp_path / "manual.ckpt"
     trainer.save_checkpoint(ckpt)
     resumed = LinearModel(16)
-    trainer2 = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", max_epochs=10, max_steps=8, default_root_dir=tmp_path))
+    trainer2 = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", max_epochs=10, max_steps=8,
+                                                default_root_dir=tmp_path))
     trainer2.fit(resumed, data, ckpt_path=ckpt)
     assert trainer2.global_step == 8
     restored = LinearModel.load_from_checkpoint(ckpt, features=16)

@@ -32,7 +32,8 @@ def test_lightning_cli_trains_on_hpu(tmp_path):
         f"--trainer.default_root_dir={tmp_path}",
     ]
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_SCRIPT), *args], capture_output=True, text=True, timeout=180, cwd=tmp_path
+        [sys.executable, "-c", textwrap.dedent(_SCRIPT), *args], capture_output=True, text=True, timeout=180,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()

@@ -1,50 +1,32 @@
-"""TrainerConfig / TrainerConfigWidget: validation, and generated code == L.Trainer(**cfg.trainer_kwargs()).
+"""TrainerConfig / TrainerConfigWidget: validation, the generated code builds the same Trainer, and trains.
 
-The exhaustive test runs every combination of strategy (with each ZeRO stage and offload), device count,
-precision (with each autocast style and op lists), accelerator style, profiler and monitor: it executes the
-generated code in a fresh namespace and compares the Trainer with the one built from trainer_kwargs().
+`trainer_config_runs.combinations()` is every combination of strategy (with each ZeRO stage and offload), device
+count, precision (with each autocast style and op lists), accelerator form, profiler and monitor. For each valid one:
+the generated code builds the same Trainer as `cfg.build()` (here), and it trains (in `trainer_config_runs`, started
+once per group of device count and execution mode). No error ever names a field the form has disabled.
 """
 
 from __future__ import annotations
 
-import importlib
-import itertools
+import json
 import os
+import subprocess
+import sys
 import textwrap
 import warnings
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import pytest
 import torch
 
-from hpu_nb.core.trainer_config import InvalidConfigError, TrainerConfig, parse_op_list
-from tests.models import LinearModel, regression_data
+from hpu_nb.notebook.trainer_config import InvalidConfigError, TrainerConfig, parse_op_list
+from hpu_nb.runtime import reset_backend
+from tests.models import LinearModel
+from tests.trainer_config_runs import FEATURES, QUIET, STRATEGY_VARIANTS, combinations, key, selected
 
-QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
-FEATURES = 32
-
-STRATEGY_VARIANTS = [("auto", 2, False), ("single", 2, False), ("parallel", 2, False), ("ddp", 2, False),
-                     ("fsdp", 2, False)] + [("deepspeed", s, o) for s in (0, 1, 2, 3) for o in (False, True)]
-PRECISION_VARIANTS = [
-    ("32-true", "plugin", None, None), ("32-true", "context", None, None),
-    ("bf16-mixed", "plugin", None, None), ("bf16-mixed", "context", None, None),
-    ("bf16-mixed", "decorator", None, None), ("bf16-mixed", "plugin", ["linear", "matmul"], ["softmax"]),
-    ("16-mixed", "plugin", None, None), ("16-mixed", "context", None, None), ("16-mixed", "decorator", None, None),
-    ("16-mixed", "plugin", ["linear"], ["sum"]),
-    ("fp8", "plugin", None, None), ("fp8-measure", "plugin", None, None), ("fp8-quantize", "plugin", None, None),
-]
-
-
-def _missing(cfg: TrainerConfig) -> list[str]:
-    hpu_nb = importlib.import_module("hpu_nb")
-    missing = []
-    for name in cfg.required_names():
-        try:
-            getattr(hpu_nb, name)
-        except (AttributeError, ImportError):
-            missing.append(name)
-    return missing
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _describe(trainer: L.Trainer) -> dict[str, Any]:
@@ -82,14 +64,14 @@ def _new_fp8_process(cfg: TrainerConfig, monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.setattr(inference, "_measured_in_this_process", False)
 
 
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_", "QUANT_CONFIG"))}
+
+
 @pytest.fixture(scope="module")
 def fp8_measurements(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Measurements of LinearModel(FEATURES) for the fp8-quantize combinations: the generated fp8-measure code,
     run with trainer.predict in another process (measure and quantize never share a process, as on a Gaudi)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     path = str(tmp_path_factory.mktemp("fp8") / "fp8_data")
     cfg = TrainerConfig(precision="fp8-measure", fp8_data_path=path, extra=dict(QUIET))
     script = "\n".join([
@@ -98,11 +80,44 @@ def fp8_measurements(tmp_path_factory: pytest.TempPathFactory) -> str:
         cfg.code,
         f"trainer.predict(model, regression_data(n=16, features={FEATURES}))",
     ])
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_", "QUANT_CONFIG"))}
-    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent.parent, env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=_clean_env(), capture_output=True, text=True,
+                          timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return path
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"])
+def test_no_error_names_a_disabled_control(lazy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form disables what does not matter (`relevant`); an error about a disabled control would be a dead end."""
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", lazy)
+    reset_backend()
+    seen = valid = 0
+    for values in combinations():
+        cfg = TrainerConfig(**values)
+        for issue in cfg.errors:
+            assert issue.field == "extra" or cfg.relevant(issue.field), (issue, values)
+        seen += 1
+        valid += not cfg.errors
+    assert seen == 2 * 2 * 2 * 2 * len(STRATEGY_VARIANTS) * 13 and 0 < valid < seen
+
+
+def test_the_reported_dead_end_is_gone() -> None:
+    """torch.autocast, then fp8 inference: the autocast style no longer matters, so it is neither an error nor
+    enabled.
+    """
+    from hpu_nb.notebook.config_widget import TrainerConfigWidget
+
+    cfg = TrainerConfigWidget(precision="bf16-mixed")
+    cfg.controls["autocast"].value = "context"
+    cfg.controls["precision"].value = "fp8-measure"
+    assert cfg.controls["autocast"].disabled and not cfg.config.errors
+    assert "plugin.convert_modules(model" in cfg.code and "torch.autocast" not in cfg.code
+    for name, control in cfg.controls.items():
+        if any(i["field"] == name for i in cfg.panel.issues if i["level"] == "error"):
+            assert not control.disabled, name
+
+
+ONE_FORM = {("hpu", False, False), ("HPUAccelerator()", True, True)}
 
 
 @pytest.mark.parametrize("strategy,stage,offload", STRATEGY_VARIANTS,
@@ -111,16 +126,15 @@ def fp8_measurements(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_generated_code_builds_the_same_trainer(strategy: str, stage: int, offload: bool, fp8_measurements: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     if strategy == "fsdp":
-        monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")  # FSDP is eager-only (the lazy case is checked below)
+        monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")  # FSDP is eager-only (the lazy case is an error, tested above)
+        reset_backend()
     checked = invalid = 0
-    skipped: set[str] = set()
-    for (precision, autocast, lower, fp32), devices, accelerator, profiler, monitor in itertools.product(
-        PRECISION_VARIANTS, (1, 2), ("hpu", "HPUAccelerator()"), (False, True), (False, True)
-    ):
-        cfg = TrainerConfig(accelerator=accelerator, devices=devices, strategy=strategy, deepspeed_stage=stage,
-                            offload_optimizer=offload, precision=precision, autocast=autocast, lower_list=lower,
-                            fp32_list=fp32, fp8_data_path=fp8_measurements, profiler=profiler, monitor=monitor,
-                            extra={**QUIET, "max_epochs": 3})
+    for values in combinations(fp8_data_path=fp8_measurements, extra={**QUIET, "max_epochs": 3}):
+        if (values["strategy"], values["deepspeed_stage"], values["offload_optimizer"]) != (strategy, stage, offload):
+            continue
+        if (values["accelerator"], values["profiler"], values["monitor"]) not in ONE_FORM:
+            continue  # construction: orthogonal choices all off or all on; every one of them trains (below)
+        cfg = TrainerConfig(**values)
         code = cfg.code
         compile(code, "<generated>", "exec")  # always valid Python, errors or not
         if cfg.errors:
@@ -128,10 +142,6 @@ def test_generated_code_builds_the_same_trainer(strategy: str, stage: int, offlo
             assert code.startswith("# This configuration has errors")
             with pytest.raises(InvalidConfigError, match=cfg.errors[0].field):
                 cfg.trainer_kwargs(LinearModel(FEATURES))
-            continue
-        missing = _missing(cfg)
-        if missing:
-            skipped.update(missing)
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -146,25 +156,49 @@ def test_generated_code_builds_the_same_trainer(strategy: str, stage: int, offlo
         assert _describe(got) == _describe(expected), code
         if cfg.needs_model:
             assert _module_types(namespace["model"]) == _module_types(model), code
+        if cfg.offloads:  # (DeepSpeedCPUAdam itself is made when training, below: it loads a C++ op)
+            assert namespace["model"].configure_optimizers.__name__ == model.configure_optimizers.__name__ == "<lambda>"
         checked += 1
-    print(f"\n{strategy}: {checked} combinations equal, {invalid} rejected by validation"
-          + (f", skipped (missing classes): {sorted(skipped)}" if skipped else ""))
-    if checked == 0 and skipped:
-        pytest.skip(f"{strategy}: needs {', '.join(sorted(skipped))}, which this installation lacks")
-    assert checked > 0 or strategy in ("fsdp", "deepspeed"), f"no valid combination for {strategy}"
+    assert checked > 0 and invalid > 0, (checked, invalid)
 
 
-def test_valid_combinations_really_train() -> None:
-    """Beyond construction: a few generated configurations fit a model on the emulated Gaudi."""
-    for cfg in (TrainerConfig(precision="bf16-mixed", lower_list=["linear"], monitor=True, extra=dict(QUIET, max_epochs=1)),
-                TrainerConfig(precision="fp8", extra=dict(QUIET, max_epochs=1))):
-        namespace: dict[str, Any] = {"model": LinearModel(FEATURES)}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            exec(cfg.code, namespace)  # noqa: S102
-            namespace["trainer"].fit(namespace["model"], regression_data(n=32, features=FEATURES))
-        assert namespace["trainer"].state.finished
-        assert namespace["trainer"].global_step == 2
+# groups: (ranks, PT_HPU_LAZY_MODE, strategies); FSDP is eager-only, everything else runs in the default lazy mode
+FAST, SLOW = "auto,single,parallel,ddp", "deepspeed"
+TRAIN_GROUPS = [(1, "1", FAST, "all"), (1, "1", SLOW, "two"), (1, "0", "fsdp", "two"),
+                (2, "1", FAST, "all"), (2, "1", SLOW, "two"), (2, "0", "fsdp", "two")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("ranks,lazy,strategies,forms", TRAIN_GROUPS,
+                         ids=[f"{r}dev-{s.split(',')[0]}" for r, _, s, _ in TRAIN_GROUPS])
+def test_every_valid_combination_trains(ranks: int, lazy: str, strategies: str, forms: str, fp8_measurements: str,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated code of every valid combination, executed as a user would, fits two steps (or predicts)."""
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", lazy)
+    reset_backend()
+    wanted = {key(v) for v in selected(combinations((ranks,)), set(strategies.split(",")), forms)}
+    out = tmp_path / "results.jsonl"
+    env = dict(_clean_env(), PT_HPU_LAZY_MODE=lazy, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", str(ROOT / "tests" / "trainer_config_runs.py"), "--out", str(out),
+           "--fp8", fp8_measurements, "--only", strategies, "--forms", forms]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1400)
+    assert done.returncode == 0 and out.exists(), done.stderr[-4000:]
+    results = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    failed = [r for r in results if not r["ok"]]
+    assert not failed, "\n\n".join(f"{r['key']}\n{r.get('trace', r)}" for r in failed[:3])
+    assert {r["key"] for r in results} == wanted and len(results) == len(wanted)
+    ran = sorted(r["seconds"] for r in results if "same_program_as" not in r)
+    print(f"\n{len(results)} combinations, {len(ran)} distinct programs trained; max {ran[-1]:.1f} s")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,16 +212,19 @@ def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
     assert any("PT_HPU_LAZY_MODE=0" in e for e in errors(strategy="fsdp", devices=2))
     monkeypatch.delenv("PT_HPU_LAZY_MODE")
-    assert any("offload needs ZeRO stage 1, 2 or 3" in e for e in errors(strategy="deepspeed", deepspeed_stage=0,
-                                                                           offload_optimizer=True))
-    assert any("in both lists" in e for e in errors(precision="bf16-mixed", lower_list=["linear"], fp32_list=["linear"]))
-    assert any("act on bf16-mixed / 16-mixed" in e for e in errors(precision="32-true", lower_list=["linear"]))
-    assert any("fp8 runs through HPUPrecisionPlugin" in e for e in errors(precision="fp8", autocast="context"))
+    assert errors(strategy="deepspeed", deepspeed_stage=0, offload_optimizer=True) == []  # offload: not at stage 0
+    assert not TrainerConfig(strategy="deepspeed", deepspeed_stage=0, offload_optimizer=True).offloads
+    assert any("in both lists" in e
+               for e in errors(precision="bf16-mixed", lower_list=["linear"], fp32_list=["linear"]))
+    ignored = TrainerConfig(precision="32-true", lower_list=["linear"])
+    assert not ignored.errors and "op lists are not used" in ignored.warnings[0].message
+    assert "lower_list" not in ignored.code
+    assert errors(precision="fp8", autocast="context") == []  # the autocast style does not matter for fp8
+    assert any("quantized fp8 inference runs on one device" in e
+               for e in errors(precision="fp8-quantize", strategy="parallel"))
     assert any("fp8 is not available with the deepspeed" in e for e in errors(precision="fp8", strategy="deepspeed"))
     assert any("not one of" in e for e in errors(precision="fp4"))
     monkeypatch.setenv("HPU_NB_DEVICE", "gaudi")
-    from hpu_nb.runtime import reset_backend
-
     reset_backend()
     assert any("fp16 is not supported on GAUDI" in e for e in errors(precision="16-mixed"))
     assert any("fp8 is not supported on GAUDI" in e for e in errors(precision="fp8-measure"))
@@ -205,9 +242,14 @@ def test_deepspeed_missing_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
         cfg.trainer_kwargs()
 
 
-def test_fp8_needs_the_model() -> None:
+def test_fp8_and_offload_need_the_model() -> None:
     with pytest.raises(InvalidConfigError, match="converts your model"):
         TrainerConfig(precision="fp8").trainer_kwargs()
+    offload = TrainerConfig(strategy="deepspeed", deepspeed_stage=2, offload_optimizer=True, offload_lr=0.01)
+    with pytest.raises(InvalidConfigError, match="DeepSpeed's optimizer"):
+        offload.trainer_kwargs()
+    assert "model.configure_optimizers = lambda: DeepSpeedCPUAdam(model.parameters(), lr=0.01)" in offload.code
+    assert "from deepspeed.ops.adam import DeepSpeedCPUAdam" in offload.code
 
 
 @pytest.mark.parametrize("style", ["context", "decorator"])

@@ -69,14 +69,6 @@ def test_unload_leaves_other_magics_of_the_same_name_alone(ip: InteractiveShell)
     del _line_magics(ip)["hpu_trace"]
 
 
-def test_hpu_trace_without_viewer_says_so(ip: InteractiveShell, capsys: pytest.CaptureFixture,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    ip.run_line_magic("load_ext", "hpu_nb")
-    monkeypatch.setitem(sys.modules, "hpu_nb.notebook.trace_viewer", None)  # as if the module did not exist
-    assert ip.run_line_magic("hpu_trace", "trace.json") is None
-    assert "%hpu_trace needs hpu_nb.notebook.trace_viewer" in capsys.readouterr().out
-
-
 def test_hpu_trace_delegates_to_the_viewer(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 

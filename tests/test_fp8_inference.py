@@ -130,7 +130,8 @@ def test_quantize_in_the_measuring_process_is_refused(measured) -> None:  # noqa
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
     with pytest.raises(Fp8InferenceError, match="cannot run in one process"):
-        HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(measured / "fp8"))
+        HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=True,
+                                                  fp8_data_path=str(measured / "fp8"))
 
 
 def test_quantize_without_measurements_names_the_missing_file(tmp_path, fresh_fp8_process) -> None:  # noqa: ANN001

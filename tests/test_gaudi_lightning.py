@@ -66,9 +66,8 @@ def test_two_rank_ddp_on_the_fake_gaudi_trains_on_hpu_over_hccl(make_fake_gaudi,
 
     fake = make_fake_gaudi(device_count=2)
     env = fake.subprocess_env()
-    result = run_fit(tmp_path / "out", "--devices", "2", env={"PYTHONPATH": env["PYTHONPATH"],
-                                                             "HPU_NB_FAKE_HABANA_CONFIG": env["HPU_NB_FAKE_HABANA_CONFIG"],
-                                                             "HPU_NB_BACKEND": "gaudi"})
+    fake_env = {key: env[key] for key in ("PYTHONPATH", "HPU_NB_FAKE_HABANA_CONFIG")}
+    result = run_fit(tmp_path / "out", "--devices", "2", env={**fake_env, "HPU_NB_BACKEND": "gaudi"})
     assert result.returncode == 0, result.stderr[-3000:]
     reports = rank_reports(tmp_path / "out")
     assert [r["backend"] for r in reports] == ["gaudi", "gaudi"]

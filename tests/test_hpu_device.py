@@ -328,7 +328,8 @@ def test_op_list_files_change_dtypes_in_a_new_process(tmp_path):
 def test_old_list_names_are_not_read_and_say_so(tmp_path):
     path = tmp_path / "lower.txt"
     path.write_text("exp\n")
-    with pytest.warns(UserWarning, match="LOWER_LIST is not read by Gaudi software 1.19.*PT_HPU_AUTOCAST_LOWER_PRECISION"):
+    expected = "LOWER_LIST is not read by Gaudi software 1.19.*PT_HPU_AUTOCAST_LOWER_PRECISION"
+    with pytest.warns(UserWarning, match=expected):
         lists = hpu_autocast_lists.lists_from_environment({"LOWER_LIST": str(path)})
     assert lists.lower == hpu_autocast_lists.DEFAULT_LOWER_OPS
 

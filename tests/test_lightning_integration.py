@@ -28,7 +28,8 @@ def test_registries_know_hpu():
 
 
 def test_connector_hook_is_installed_on_the_methods_lightning_calls():
-    assert registration.is_supported_lightning(), f"untested Lightning {L.__version__}: check the hook, then widen the range"
+    assert registration.is_supported_lightning(), (
+        f"untested Lightning {L.__version__}: check the hook, then widen the range")
     assert _AcceleratorConnector._hpu_nb_hooked
     originals = _AcceleratorConnector._hpu_nb_originals
     for name, original in originals.items():
@@ -169,7 +170,8 @@ def test_mark_step_where_lazy_mode_needs_it(monkeypatch):
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
     before = htcore.placed_mark_steps
     trainer = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", devices=1, max_steps=4, limit_val_batches=2))
-    trainer.fit(LinearModel(32), regression_data(n=64, features=32, batch_size=16), regression_data(n=32, features=32, batch_size=16))
+    trainer.fit(LinearModel(32), regression_data(n=64, features=32, batch_size=16),
+                regression_data(n=32, features=32, batch_size=16))
     # per training step: after backward + after optimizer.step; per validation step: before + after;
     # validation runs the sanity check (2 batches) and once at the end of the epoch (2 batches).
     assert htcore.placed_mark_steps - before == 4 * 2 + (2 + 2) * 2

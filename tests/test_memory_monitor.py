@@ -1,4 +1,5 @@
-"""MemoryMonitor: measured samples, delta protocol, throttling, logger keys, OOM, headless summary, robustness."""
+"""MemoryMonitor: measured samples, loss and throughput, delta protocol, throttling, logger keys, OOM (one source),
+per-rank memory, headless summary, robustness; the callback owns its chart widget."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ import pytest
 from lightning.pytorch.loggers.logger import Logger
 
 from hpu_nb.notebook.memory_monitor import (
+    BATCHES,
+    FIELDS,
     LOG_PREFIX,
-    MemoryHistory,
+    LOSS,
+    SAMPLES,
+    SECONDS,
+    ChartHistory,
     MemoryMonitor,
-    _parse_requested,
+    TrainingChart,
+    oom_figures,
     pack_points,
     unpack_points,
 )
@@ -33,7 +40,7 @@ class Messages:
         self.points: list[list[int]] = []
         self.seq = 0
         self.gaps = 0
-        monitor.comm.send = self._send  # the transport: what really leaves the kernel
+        monitor.chart.comm.send = self._send  # the transport: what really leaves the kernel
 
     def _send(self, data: dict, metadata: Any = None, buffers: Any = None) -> None:
         msg = dict(data, _buffers=list(buffers or []))
@@ -54,29 +61,41 @@ class Messages:
         return [m["state"]["delta"] for m in self.sent if "delta" in m.get("state", {})]
 
 
+def _same(a: list[list[float]], b: list[list[float]]) -> bool:
+    """Equal point lists (NaN, the "no value" of loss and time, equals NaN here)."""
+    def norm(points: list[list[float]]) -> list[list[Any]]:
+        return [[None if v != v else float(v) for v in p] for p in points]  # noqa: PLR0124 - v != v: NaN
+
+    return norm(a) == norm(b)
+
+
 def _fit(monitor: MemoryMonitor, batches: int = 4, epochs: int = 1, features: int = FEATURES,
          **trainer_kwargs: Any) -> L.Trainer:
-    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs(max_epochs=epochs, **trainer_kwargs))
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor],
+                        **quiet_trainer_kwargs(max_epochs=epochs, **trainer_kwargs))
     trainer.fit(LinearModel(features), regression_data(n=16 * batches, features=features))
     return trainer
 
 
 def test_history_is_bounded_and_keeps_the_peak() -> None:
     rng = random.Random(0)
-    history = MemoryHistory(max_points=64)
+    history = ChartHistory(max_points=64)
     spike_at = 7321
     compactions = 0
     for x in range(1, 20001):
         in_use = rng.randint(1000, 2000) if x != spike_at else 999_999
-        compactions += history.append([x, 10**6, in_use, max(in_use, 2000), 0])
+        compactions += history.append([x, 10**6, in_use, max(in_use, 2000), 0, 0, 1.0, 0.01, 16, 1])
         assert len(history) <= 64
     assert compactions == history.compactions > 5
     assert max(p[2] for p in history.points) == 999_999
     assert [p[0] for p in history.points if p[2] == 999_999] == [spike_at]
     xs = [p[0] for p in history.points]
     assert xs == sorted(xs) and xs[-1] > 19000  # still spans the whole run, in order
+    # merged samples keep the totals: throughput over the whole run is unchanged by downsampling
+    assert sum(p[BATCHES] for p in history.points) == 20000 and sum(p[SAMPLES] for p in history.points) == 320000
+    assert sum(p[SECONDS] for p in history.points) == pytest.approx(200.0)
     with pytest.raises(ValueError, match="max_points"):
-        MemoryHistory(2)
+        ChartHistory(2)
 
 
 def test_fit_samples_measured_memory_and_sends_deltas() -> None:
@@ -90,9 +109,9 @@ def test_fit_samples_measured_memory_and_sends_deltas() -> None:
     assert monitor.peak >= PARAM_BYTES * 2  # weights + gradients at least
     assert monitor.current["Limit"] == 96 * 2**30 and monitor.headroom == 96 * 2**30 - monitor.peak
     # the front end can rebuild exactly the history from the deltas, and each push is one message
-    assert messages.points == monitor.history.points and messages.gaps == 0
+    assert _same(messages.points, monitor.history.points) and messages.gaps == 0
     appends = [m for m in messages.sent if "delta" in m["state"] and not m["state"]["delta"]["reset"]]
-    assert appends and all(len(m["_buffers"][0]) <= 2 * 5 * 8 for m in appends)  # deltas, not whole histories
+    assert appends and all(len(m["_buffers"][0]) <= 2 * len(FIELDS) * 8 for m in appends)  # deltas, not histories
     for msg in messages.sent:
         delta = msg["state"].get("delta")
         if delta and not delta["reset"]:  # counters change every batch (NumAllocs grows): sent with the points
@@ -105,7 +124,7 @@ def test_updates_are_throttled_by_time() -> None:
     _fit(monitor, batches=6, epochs=2)
     assert monitor.samples == 13
     assert len(messages.deltas) <= 3  # the start, the end (full history) — nothing in between
-    assert messages.points == monitor.history.points
+    assert _same(messages.points, monitor.history.points)
 
 
 def test_downsampling_resends_the_full_history() -> None:
@@ -115,7 +134,7 @@ def test_downsampling_resends_the_full_history() -> None:
     assert monitor.samples == 21 and len(monitor.history) <= 8
     assert any(m["state"]["delta"]["reset"] and len(m["_buffers"][0]) > 0
                for m in messages.sent[1:-1] if "delta" in m["state"])
-    assert messages.points == monitor.history.points
+    assert _same(messages.points, monitor.history.points)
 
 
 def test_frontend_sync_request_gets_everything() -> None:
@@ -123,7 +142,7 @@ def test_frontend_sync_request_gets_everything() -> None:
     _fit(monitor, batches=3)
     messages = Messages(monitor)
     monitor._on_frontend_msg(monitor, {"type": "sync"}, [])
-    assert messages.deltas[-1]["reset"] and messages.points == monitor.history.points
+    assert messages.deltas[-1]["reset"] and _same(messages.points, monitor.history.points)
     assert len(messages.points) == 4
 
 
@@ -183,6 +202,15 @@ def test_oom_run_shows_that_the_limit_was_hit(monkeypatch: pytest.MonkeyPatch) -
     assert "OUT OF MEMORY" in text and "Limit 6.00 MiB was hit" in text and "no headroom" in text
     html = monitor._repr_html_()
     assert ">OOM</text>" in html and "<svg" in html
+    # one source: the error's own figures, in the record the chart, the summary and the counter table all use
+    message = monitor.oom["message"]
+    assert f"({oom['requested']} bytes)" in message and f"({oom['limit']} bytes)" in message
+    assert monitor.chart.oom == oom
+    from hpu_nb.runtime.env import format_bytes
+
+    assert f"with {format_bytes(oom['in_use'])} already in use" in message
+    assert f"{format_bytes(oom['in_use'])} in use: tried to allocate" in text
+    assert "Now: InUse" not in text  # the figure after the failure is not shown as if it were the failure's
 
 
 def test_widget_errors_never_stop_training() -> None:
@@ -191,7 +219,7 @@ def test_widget_errors_never_stop_training() -> None:
     def broken(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("front end went away")
 
-    monitor.comm.send = broken  # the transport to the front end fails
+    monitor.chart.comm.send = broken  # the transport to the front end fails
     with pytest.warns(RuntimeWarning, match="front end went away"):
         trainer = _fit(monitor, batches=4)
     assert trainer.state.finished and monitor.samples == 5  # sampling went on
@@ -240,15 +268,73 @@ def test_headless_cell_output_gets_the_summary() -> None:
 
 
 def test_points_pack_exactly() -> None:
-    points = [[1, 96 * 2**30, 123_456_789, 2**40 + 7, 4], [2, 512, 0, 1, 0]]
+    points = [[1, 96 * 2**30, 123_456_789, 2**40 + 7, 4, 2, 0.25, 0.5, 16, 1], [2, 512, 0, 1, 0, 0, 1.0, 0.0, 0, 0]]
     assert unpack_points(pack_points(points)) == points
-    assert len(pack_points(points)) == 2 * 5 * 8
+    assert len(pack_points(points)) == 2 * len(FIELDS) * 8
 
 
-def test_parse_requested_sizes() -> None:
-    assert _parse_requested("tried to allocate 4.00 MiB (4194304 bytes) with") == 4194304
-    assert _parse_requested("Allocation failed for size::2147483648 (2048)MB") == 2147483648
-    assert _parse_requested("something else") is None
+def test_oom_figures_from_attributes_or_message() -> None:
+    message = ("[emulated GAUDI2] MODULE:PT_DEVMEM Allocation failed for size::4194304 (4)MB; InUse 19869708 of Limit "
+               "25165824 bytes. HPU out of memory.")
+    assert oom_figures(RuntimeError(message)) == {"in_use": 19869708, "requested": 4194304, "limit": 25165824}
+    # a Gaudi's message names the request only
+    assert oom_figures(RuntimeError("Allocation failed for size::2147483648 (2048)MB")) == {
+        "in_use": None, "requested": 2147483648, "limit": None}
+    exact = RuntimeError(message)
+    exact.in_use = 19_870_000  # a runtime that attaches the exact figures wins over the text
+    assert oom_figures(exact)["in_use"] == 19_870_000
+    assert oom_figures(RuntimeError("something else")) == {"in_use": None, "requested": None, "limit": None}
+
+
+def test_loss_and_throughput_are_recorded() -> None:
+    monitor = MemoryMonitor(update_interval=0, auto_display=False)
+    messages = Messages(monitor)
+    trainer = _fit(monitor, batches=4, epochs=2)
+    train = monitor.history.points[1:]
+    assert [p[BATCHES] for p in train] == [1] * 8  # the first batch is timed from its own start
+    assert all(p[SAMPLES] == 16 for p in train) and all(p[SECONDS] > 0 for p in train if p[BATCHES])
+    assert [p[5] for p in train] == [0] * 4 + [1] * 4  # the epoch of each sample: the chart marks the boundary
+    losses = [p[LOSS] for p in train]
+    assert all(loss > 0 for loss in losses) and float(trainer.callback_metrics["train_loss"]) == losses[-1]
+    assert messages.points[-1][LOSS] == losses[-1]  # sent as numbers, in the same buffer
+    summary = repr(monitor)
+    assert f"loss {losses[0]:.4g} -> {losses[-1]:.4g}" in summary and "samples/s" in summary and "steps/s" in summary
+    assert "(emulated: CPU time and host memory)" in summary
+    html = monitor._repr_html_()
+    assert html.count("<svg") == 2 and "training loss" in html and "stroke-dasharray=\"2,3\"" in html
+
+
+def test_the_callback_owns_its_widget() -> None:
+    from lightning.pytorch.callbacks import Callback
+
+    monitor = MemoryMonitor(auto_display=False)
+    assert isinstance(monitor, Callback) and isinstance(monitor.chart, TrainingChart)
+    assert not isinstance(monitor, TrainingChart)
+    trainer = _fit(monitor, batches=2)
+    assert trainer.state.finished and monitor.chart.status == "done" and monitor.status == "done"
+
+
+def test_ranks_memory_is_gathered_every_logged_step() -> None:
+    import torch
+
+    class TwoRanks:  # what a 2-process strategy's all_gather returns: one row per rank
+        root_device = torch.device("cpu")
+
+        def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+            return torch.stack([tensor, tensor * 2])
+
+    class Trainer:
+        strategy = TwoRanks()
+
+    monitor = MemoryMonitor(auto_display=False)
+    monitor.current = {"Limit": 2**30, "InUse": 10 * 2**20, "MaxInUse": 12 * 2**20}
+    monitor.history.append([7, 2**30, 10 * 2**20, 12 * 2**20, 0, 0, 0.5, 0.01, 16, 1])
+    monitor.samples, monitor.status = 7, "running"
+    monitor._gather_ranks(Trainer())
+    assert monitor.rank_history == {"x": [7], "in_use": [[10 * 2**20, 20 * 2**20]],
+                                    "max_in_use": [[12 * 2**20, 24 * 2**20]]}
+    assert monitor.chart.ranks["in_use"] == [[10 * 2**20, 20 * 2**20]]
+    assert "Per rank InUse (last gathered): rank 0 10.00 MiB, rank 1 20.00 MiB" in repr(monitor)
 
 
 def test_a_worker_process_never_writes_to_the_front_end() -> None:

@@ -144,7 +144,8 @@ def test_hccl_is_imported_and_initialised_before_the_process_group(monkeypatch):
             return original(backend, *args, **kwargs)
 
         monkeypatch.setattr(torch.distributed, "init_process_group", recording_init)
-        strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu")], cluster_environment=LightningEnvironment())
+        strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu")],
+                                       cluster_environment=LightningEnvironment())
         try:
             strategy.setup_distributed()
             assert torch.distributed.get_backend() == "hccl"

@@ -184,7 +184,8 @@ def test_fork_launcher_leaves_no_worker_after_an_interrupt(tmp_path, signum):
 
 
 def test_lightning_launcher_internals_we_build_on_are_unchanged():
-    """Tripwire: the launchers subclass Lightning's and rely on these details; an upgrade that changes them fails here."""
+    """Tripwire: the launchers subclass Lightning's and rely on these details; an upgrade that changes them fails
+    here."""
     import inspect
 
     from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher

@@ -90,7 +90,8 @@ print(json.dumps({{"outcome": outcome, "pids": pids, "left": left, "children": c
 @pytest.mark.slow
 @pytest.mark.timeout(400)  # a safety net: the collective timeout is 20 s
 def test_a_stuck_rank_ends_the_cell_named_and_leaves_no_worker(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (SETUP, STUCK.format(out=str(tmp_path)))])
+    sources = (SETUP, STUCK.format(out=str(tmp_path)))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in sources])
     nbclient.NotebookClient(nb, timeout=360, kernel_name="python3").execute()
     result = json.loads(_stdout(nb.cells[1]).strip().splitlines()[-1])
     stuck = result["pids"]["stuck1.pid"]

@@ -69,7 +69,9 @@ def test_one_bad_event_anywhere_costs_only_itself(tmp_path, kind, where, block_s
     assert parsed.stats.malformed == 1 and not parsed.stats.truncated and parsed.stats.trailing_bytes == 0
     keep = np.arange(N) != at
     assert loaded_names_and_times(parsed) == sorted(
-        (n, t) for (n, t), k in zip(zip([expected.names[i] for i in expected.name_id], expected.ts_us.tolist()), keep) if k
+        (n, t)
+        for (n, t), k in zip(zip([expected.names[i] for i in expected.name_id], expected.ts_us.tolist()), keep)
+        if k
     )
     assert parsed.top_level == {"schemaVersion": 1, "traceName": "t", "deviceProperties": [{"id": 0}, {"id": 1}]}
 
@@ -97,7 +99,8 @@ def test_huge_times_never_wrap_around(tmp_path):
 
 def test_deep_args_of_a_kept_event_do_not_raise_when_shown(tmp_path):
     """Deep enough to pass the parser (it only skips over args), too deep to be decoded later in a deep stack."""
-    deep = '{"ph": "X", "name": "deep", "ts": 5, "dur": 1, "pid": 1, "tid": 2, "args": {"a": ' + "[" * 900 + "]" * 900 + "}}"
+    deep = ('{"ph": "X", "name": "deep", "ts": 5, "dur": 1, "pid": 1, "tid": 2, "args": {"a": '
+            + "[" * 900 + "]" * 900 + "}}")
     path = tmp_path / "deep.json"
     write_trace(path, [deep, json.dumps(good_event(1))])
     parsed = parse_file(str(path))

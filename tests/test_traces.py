@@ -109,12 +109,12 @@ def test_summaries_steps_tracks_gaps_memory(trace_file):
     assert steps.column("ops") == [6, 6]
     assert steps[0]["top op by self time"] == "aten::relu (80 us)"  # 50 us + 30 us on two threads
     tracks = {r["track"]: r for r in t.per_track()}
-    assert tracks["python 1 / main thread"]["busy"] == 2 * 500_000
+    assert tracks["python 1 / main thread"]["busy"] == 2 * (100_000 + 50_000)  # ops: linear + relu, per step
     device = [r for r in tracks.values() if r["kind"] == "device"]
     assert len(device) == 1 and device[0]["busy"] == 2 * 40_000
     gaps = t.idle_gaps(top=3)
-    assert gaps.column("gap") == [970_000, 960_000, 500_000]  # thread 2, the device, then the main thread
-    assert gaps[2]["after"] == "ProfilerStep#1" and gaps[2]["at"] == 500_000
+    assert gaps.column("gap") == [970_000, 960_000, 760_000]  # thread 2, the device, then the main thread
+    assert gaps[2]["after"] == "aten::relu" and gaps[2]["at"] == 250_000
     mem = t.memory()
     assert len(mem) == 2 and mem.peak() == 2000
     assert mem.series["cpu"][:, 1].tolist() == [1000, 2000]

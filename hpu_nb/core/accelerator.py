@@ -133,7 +133,8 @@ def _parse_hpus(devices: Any) -> int:
         count = devices
     else:
         raise MisconfigurationException(
-            f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, or 'auto'."
+            f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, "
+            f"or 'auto'."
         )
     if count < 1:
         raise MisconfigurationException(f"`devices={devices!r}`: the number of HPUs must be at least 1 (or 'auto').")
@@ -141,7 +142,8 @@ def _parse_hpus(devices: Any) -> int:
         backend = get_backend()
         hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
         raise MisconfigurationException(
-            f"`devices={devices!r}` asks for {count} HPUs but only {available} are available ({backend.describe()}).{hint}"
+            f"`devices={devices!r}` asks for {count} HPUs but only {available} are available "
+            f"({backend.describe()}).{hint}"
         )
     return count
 

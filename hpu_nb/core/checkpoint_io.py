@@ -1,4 +1,6 @@
-"""HPUCheckpointIO: checkpoints saved from device memory to CPU tensors, written atomically, loaded back onto the device."""
+"""HPUCheckpointIO: checkpoints saved from device memory to CPU tensors, written atomically, loaded back onto the
+device.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ class HPUCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(
-                f"HPUCheckpointIO does not support `storage_options` (got {storage_options!r}): it writes local or fsspec"
+                f"HPUCheckpointIO does not support `storage_options` (got {storage_options!r}): it writes local or "
+                f"fsspec"
                 " paths as they are. Drop the argument, or pass your own CheckpointIO plugin that understands it."
             )
         checkpoint = apply_to_collection(checkpoint, torch.Tensor, _to_cpu)

@@ -63,7 +63,8 @@ def validate_precision(precision: Any, *, check_device: bool = True) -> str:
         )
     if text not in _ALIASES:
         raise ValueError(
-            f"HPUPrecisionPlugin(precision={precision!r}) is not supported. Choose one of: {', '.join(PRECISION_CHOICES)}."
+            f"HPUPrecisionPlugin(precision={precision!r}) is not supported. Choose one of: "
+            f"{', '.join(PRECISION_CHOICES)}."
         )
     unified = _ALIASES[text]
     if check_device:
@@ -171,7 +172,9 @@ class HPUPrecisionPlugin(Precision):
         lower_list = _seed_alias("bf16_file_path", bf16_file_path, "lower_list", lower_list)
         fp32_list = _seed_alias("fp32_file_path", fp32_file_path, "fp32_list", fp32_list)
         if hmp_params is not None:
-            opt_level, verbose, lower_list, fp32_list = _read_hmp_params(hmp_params, opt_level, verbose, lower_list, fp32_list)
+            opt_level, verbose, lower_list, fp32_list = _read_hmp_params(
+                hmp_params, opt_level, verbose, lower_list, fp32_list
+            )
         if opt_level is not None and str(opt_level).upper() != "O1":
             raise ValueError(
                 f"opt_level={opt_level!r} is not supported: autocast works like HMP's 'O1' (per-op casting). "
@@ -200,7 +203,8 @@ class HPUPrecisionPlugin(Precision):
 
     def autocast_context_manager(self) -> contextlib.AbstractContextManager[None]:
         """The context every training / evaluation / predict step runs in."""
-        return autocast_context(self.precision, op_lists=self._lists_to_apply(), recipe=self.recipe, verbose=self.verbose)
+        return autocast_context(self.precision, op_lists=self._lists_to_apply(), recipe=self.recipe,
+                                verbose=self.verbose)
 
     @contextlib.contextmanager
     def forward_context(self) -> Generator[None, None, None]:

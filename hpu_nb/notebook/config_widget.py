@@ -2,7 +2,7 @@
 
 The form is made of ipywidgets controls (a kept library; keyboard and screen-reader friendly); the generated code,
 the validation messages and the Copy button are a small anywidget (`static/config_widget.js`, shipped in the
-package). All logic lives in `hpu_nb.core.trainer_config.TrainerConfig`, which the widget only edits: the code
+package). All logic lives in `hpu_nb.notebook.trainer_config.TrainerConfig`, which the widget only edits: the code
 shown is `cfg.code`, and `cfg.trainer_kwargs()` builds exactly that Trainer. Clicks are handled by the kernel
 between cells, as all widget events are.
 """
@@ -17,12 +17,10 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
-from hpu_nb.core.trainer_config import (
+from hpu_nb.notebook.trainer_config import (
     ACCELERATORS,
     AUTOCAST_LABELS,
     DEEPSPEED_STAGES,
-    FP8,
-    MIXED,
     PRECISION_LABELS,
     STRATEGY_LABELS,
     Issue,
@@ -141,18 +139,10 @@ class TrainerConfigWidget(w.VBox):
     def _refresh(self) -> None:
         """Show the code and the issues; enable only the controls that matter for the current choices."""
         c = self._config
-        enabled = {
-            "deepspeed_stage": c.strategy == "deepspeed",
-            "offload_optimizer": c.strategy == "deepspeed",
-            "autocast": c.precision in MIXED,
-            "lower_list": c.precision in MIXED and c.autocast == "plugin",
-            "fp32_list": c.precision in MIXED and c.autocast == "plugin",
-            "fp8_data_path": c.precision in FP8 and c.precision != "fp8",
-        }
         issues = c.issues()
         bad = {i.field for i in issues if i.level == "error"}
         for name, control in self.controls.items():
-            control.disabled = not enabled.get(name, True)
+            control.disabled = not c.relevant(name)
             if name in bad or (name == "fp32_list" and "lower_list" in bad):
                 control.add_class("hpu-cfg-invalid")
             else:

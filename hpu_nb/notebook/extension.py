@@ -1,7 +1,8 @@
-"""`%load_ext hpu_nb`: registers %hpu_info and %hpu_trace and an HTML view of the device backend.
+"""`%load_ext hpu_nb`: registers %hpu_info and %hpu_trace and an HTML view of the device backend, and makes HPU
+Trainers print one line naming the backend instead of Lightning's GPU / TPU lines (`hpu_nb.core.trainer_output`).
 
-Loading twice is harmless (the same functions are registered again); `%unload_ext hpu_nb` removes exactly what
-loading added. In plain IPython the magics print text.
+Loading twice is harmless (the same functions are registered again); `%unload_ext hpu_nb` removes the magics and the
+formatter. In plain IPython the magics print text.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 LINE_MAGICS = ("hpu_info", "hpu_trace")
-TRACE_MODULE = "hpu_nb.notebook.trace_viewer"
 
 
 def hpu_info_magic(line: str = "") -> None:
@@ -21,19 +21,9 @@ def hpu_info_magic(line: str = "") -> None:
 
 def hpu_trace_magic(line: str = "") -> Any:
     """%hpu_trace PATH: open a profiler trace in the inline viewer."""
-    import importlib
+    from hpu_nb.notebook.trace_viewer import hpu_trace_magic as magic
 
-    try:
-        module = importlib.import_module(TRACE_MODULE)
-    except ModuleNotFoundError as err:
-        if err.name != TRACE_MODULE:
-            raise
-        print(
-            f"%hpu_trace needs {TRACE_MODULE}, which this installation of hpu_nb does not have; "
-            "update hpu_nb to get the trace viewer."
-        )
-        return None
-    return module.hpu_trace_magic(line)
+    return magic(line)
 
 
 hpu_info_magic.__name__ = "hpu_info"
@@ -52,9 +42,11 @@ def _backend_html(backend: Any) -> str:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics and the backend's HTML formatter (idempotent)."""
+    """Register the magics and the backend's HTML formatter, quiet HPU Trainers' device lines (idempotent)."""
+    from hpu_nb.core import trainer_output
     from hpu_nb.runtime.base import DeviceBackend
 
+    trainer_output.install()
     ipython.register_magic_function(hpu_info_magic, magic_kind="line", magic_name="hpu_info")
     ipython.register_magic_function(hpu_trace_magic, magic_kind="line", magic_name="hpu_trace")
     html_formatter = ipython.display_formatter.formatters.get("text/html")

@@ -6,10 +6,13 @@ import html
 import shlex
 from typing import Any
 
+from hpu_nb.runtime import DeviceBackend, get_backend
 from hpu_nb.runtime.env import format_bytes
 from hpu_nb.runtime.info import HPUInfo, collect_info
 
 USAGE = "Usage: %hpu_info [--text] [--timeout SECONDS]"
+MAX_CARDS_ASKED = 1024  # per-card facts are collected up to this many cards (a Gaudi node has 8)
+MAX_DEVICE_ROWS = 16  # rows of the devices table; identical neighbouring cards share one row
 
 
 def _bytes(n: int | None) -> str:
@@ -67,21 +70,53 @@ def _summary_rows(info: HPUInfo) -> list[tuple[str, str]]:
     ]
 
 
+def device_rows(info: HPUInfo) -> tuple[list[tuple[str, Any]], int]:
+    """([(index label, facts)], cards not shown): runs of cards with the same facts share a row ("[0-7]"),
+    at most MAX_DEVICE_ROWS rows, so the report stays small whatever the card count."""
+    rows: list[tuple[str, Any]] = []
+    shown = 0
+    start = 0
+    devices = info.devices
+    for k in range(1, len(devices) + 1):
+        if k < len(devices) and _same_card(devices[k], devices[start]):
+            continue
+        if len(rows) == MAX_DEVICE_ROWS:
+            break
+        first, last = devices[start].index, devices[k - 1].index
+        rows.append((f"{first}" if first == last else f"{first}-{last}", devices[start]))
+        shown += k - start
+        start = k
+    return rows, info.device_count - shown
+
+
+def _same_card(a: Any, b: Any) -> bool:
+    return (a.name, a.memory_total, a.memory_used, a.memory_peak, a.utilization, a.temperature, a.power,
+            a.source) == (b.name, b.memory_total, b.memory_used, b.memory_peak, b.utilization, b.temperature,
+                          b.power, b.source)
+
+
+def _not_shown(count: int) -> str:
+    return f"... {count:,} more card{'s' if count != 1 else ''} not listed"
+
+
 def render_text(info: HPUInfo) -> str:
     """Readable plain text (terminals, plain IPython, `%hpu_info --text`)."""
     lines = [_headline(info), ""]
     width = max(len(k) for k, _ in _summary_rows(info) + _version_rows(info))
     lines += [f"  {k:<{width}}  {v}" for k, v in _summary_rows(info)]
     lines += ["", "Devices:"]
-    for d in info.devices:
+    rows, hidden = device_rows(info)
+    for label, d in rows:
         peak = f", peak {_bytes(d.memory_peak)}" if d.memory_peak is not None else ""
         extra = ""
         if d.utilization is not None or d.temperature is not None or d.power is not None:
             extra = f", util {_num(d.utilization, '%')}, {_num(d.temperature, 'C')}, {_num(d.power, 'W')}"
         lines.append(
-            f"  [{d.index}] {d.name}: total {_bytes(d.memory_total)}, in use {_bytes(d.memory_used)}{peak}{extra}"
+            f"  [{label}] {d.name}: total {_bytes(d.memory_total)}, in use {_bytes(d.memory_used)}{peak}{extra}"
             f"  ({d.source})"
         )
+    if hidden:
+        lines.append(f"  {_not_shown(hidden)}")
     lines += ["", "Versions:"]
     lines += [f"  {k:<{width}}  {v}" for k, v in _version_rows(info)]
     lines += ["", "Environment flags (set):"]
@@ -131,10 +166,13 @@ def render_html(info: HPUInfo) -> str:
     parts += ["<h4>Backend</h4>", _table(_summary_rows(info))]
     parts.append("<h4>Devices</h4><table><tr><th>#</th><th>name</th><th>total</th><th>in use</th><th>peak</th>"
                  "<th>util</th><th>temp</th><th>power</th><th>source</th></tr>")
-    for d in info.devices:
-        cells = [str(d.index), d.name, _bytes(d.memory_total), _bytes(d.memory_used), _bytes(d.memory_peak),
+    rows, hidden = device_rows(info)
+    for label, d in rows:
+        cells = [label, d.name, _bytes(d.memory_total), _bytes(d.memory_used), _bytes(d.memory_peak),
                  _num(d.utilization, "%"), _num(d.temperature, "C"), _num(d.power, "W"), d.source]
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    if hidden:
+        parts.append(f'<tr><td colspan="9" class="muted">{html.escape(_not_shown(hidden))}</td></tr>')
     parts.append("</table>")
     parts += ["<h4>Versions</h4>", _table(_version_rows(info))]
     header = "<tr><th>flag</th><th>value</th><th>what it does</th></tr>"
@@ -142,7 +180,8 @@ def render_html(info: HPUInfo) -> str:
     def flag_rows(flags: list) -> str:
         rows = []
         for f in flags:
-            value = f"<code>{html.escape(f.value)}</code>" if f.value is not None else '<span class="muted">unset</span>'
+            unset = '<span class="muted">unset</span>'
+            value = f"<code>{html.escape(f.value)}</code>" if f.value is not None else unset
             rows.append(f"<tr><td><code>{html.escape(f.name)}</code></td><td>{value}</td>"
                         f"<td>{html.escape(f.meaning)}</td></tr>")
         return "".join(rows)
@@ -160,6 +199,32 @@ def render_html(info: HPUInfo) -> str:
         parts.append("<h4>Problems</h4><ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in info.problems) + "</ul>")
     parts.append(f'<div class="muted">collected in {info.seconds * 1000:.0f} ms</div></div>')
     return "".join(parts)
+
+
+class _WithoutCardFacts:
+    """A backend seen without its per-card facts: everything else is the backend's own."""
+
+    def __init__(self, backend: DeviceBackend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def device_facts(self, timeout: float = 2.0) -> list:
+        return []
+
+
+def collect_bounded(timeout: float = 2.0, backend: DeviceBackend | None = None) -> HPUInfo:
+    """collect_info, with per-card facts only up to MAX_CARDS_ASKED cards: asking a backend for the facts of a
+    million (emulated) cards builds a million objects; the report then says why they are missing."""
+    backend = backend or get_backend()
+    count = backend.device_count()
+    if count <= MAX_CARDS_ASKED:
+        return collect_info(backend, timeout=timeout)
+    info = collect_info(_WithoutCardFacts(backend), timeout=timeout)  # type: ignore[arg-type]
+    info.problems.append(f"per-card facts are not collected for more than {MAX_CARDS_ASKED:,} cards "
+                         f"({count:,} here)")
+    return info
 
 
 class HPUInfoReport:
@@ -228,7 +293,7 @@ def hpu_info(line: str = "") -> None:
         print(err)
         return
     try:
-        report = HPUInfoReport(collect_info(timeout=timeout))
+        report = HPUInfoReport(collect_bounded(timeout))
     except Exception as err:  # noqa: BLE001 - e.g. HPU_NB_BACKEND=gaudi on a machine without one: say why
         print(f"%hpu_info: no device backend could be set up: {type(err).__name__}: {err}")
         return

@@ -1,69 +1,81 @@
-"""MemoryMonitor: a Lightning callback that is also a live chart of the device memory (Limit, InUse, MaxInUse).
+"""MemoryMonitor: a Lightning callback that shows, live, the device memory and how training goes.
 
-Why not DeviceStatsMonitor: it needs a logger and shows nothing in the notebook. This samples
-`trainer.accelerator.get_device_stats()` at the end of every batch (fit / validate / test / predict), keeps a
-bounded history (downsampled two-to-one when full, always keeping the higher point, so the peak survives), and
-sends the front end only the points added since the last update, at most every `update_interval` seconds, in
-one message (`hold_sync`). It also logs to the Trainer's loggers under DeviceStatsMonitor's keys. A widget or
-front-end failure is reported once and never stops training. Without a front end (nbmake, plain IPython) the
-output holds a text / HTML summary with a static SVG chart: peak, limit, headroom, and an out-of-memory marker.
+Why not DeviceStatsMonitor: it needs a logger and shows nothing in the notebook. At the end of every batch (fit /
+validate / test / predict) this samples `trainer.accelerator.get_device_stats()` (Limit, InUse, MaxInUse and the
+rest) and, for training batches, the loss the step returned, the batch size and the time since the previous batch
+(step time and throughput). Every `log_every_n_steps` training steps of a multi-device run the ranks' InUse /
+MaxInUse are gathered to rank 0 (one small all_gather), so the chart can show each rank's memory.
 
-The chart is an anywidget whose JavaScript ships in `hpu_nb/notebook/static/` (no CDN). bqplot would also work
-offline, but it re-sends whole arrays on every update (no deltas) and adds a dependency; this chart is ~300
-lines of plain SVG code.
+The callback *owns* its chart (`monitor.chart`, a `TrainingChart` widget), as tqdm.notebook owns its bar: it is not
+itself a widget. The history is bounded (halved when full, always keeping the higher memory point, so the peak
+survives); the chart gets only the points added since its last update, at most every `update_interval` seconds, as
+one binary buffer in one message. A widget or front-end failure is reported once and never stops training. Without
+a front end (nbmake, plain IPython) the output holds a text / HTML summary with static SVG charts. A forked or
+spawned worker (multi-device runs) records but never writes to the kernel's front end.
+
+Out of memory: the figures of the chart, the message and the counter table all come from one record (`monitor.oom`),
+read from the error itself (its `in_use` / `requested` / `limit` attributes, else its message).
+
+The chart is hand-written SVG in `static/training_chart.js` (shipped in the package: no CDN). bqplot would work
+offline too, but it re-sends whole arrays on every update (no deltas, no binary buffers) and would add a dependency
+for three small line charts.
 """
 
 from __future__ import annotations
 
 import html
-import logging
-from array import array
+import math
 import os
 import re
+import statistics
 import time
 import uuid
 import warnings
+from array import array
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from hpu_nb.runtime import is_out_of_memory
 from hpu_nb.runtime.env import format_bytes
 
 STATIC = Path(__file__).parent / "static"
-SERIES = ("Limit", "InUse", "MaxInUse")
 STAGES = ("train", "validate", "sanity_check", "test", "predict")
-_WIDGET_LOG = logging.getLogger("hpu_nb.notebook.memory_monitor")
 LOG_PREFIX = "DeviceStatsMonitor"  # logged keys match Lightning's DeviceStatsMonitor: DeviceStatsMonitor.<hook>/<key>
+# one sample: batch number, the three memory counters, stage index, epoch, loss (NaN when none), seconds since the
+# previous batch (NaN for the first), samples in the batch, training batches it stands for (merged samples: several)
+FIELDS = ("x", "Limit", "InUse", "MaxInUse", "stage", "epoch", "loss", "seconds", "samples", "batches")
+X, LIMIT, IN_USE, MAX_IN_USE, STAGE, EPOCH, LOSS, SECONDS, SAMPLES, BATCHES = range(len(FIELDS))
+NAN = float("nan")
+MAX_RANK_POINTS = 240  # per-rank samples kept (they come every log_every_n_steps)
 
 
-class MemoryHistory:
-    """Bounded list of samples (x, Limit, InUse, MaxInUse, stage); halves itself when full, keeping the peak."""
+class ChartHistory:
+    """Bounded list of samples; halves itself when full, keeping the memory peak and the totals of time / samples."""
 
     def __init__(self, max_points: int = 600) -> None:
         if max_points < 4:
             raise ValueError(f"max_points must be at least 4, got {max_points}.")
         self.max_points = max_points
-        self.points: list[list[int]] = []
+        self.points: list[list[float]] = []
         self.compactions = 0
 
     def __len__(self) -> int:
         return len(self.points)
 
-    def append(self, point: list[int]) -> bool:
+    def append(self, point: list[float]) -> bool:
         """Add a sample; returns True when the history was downsampled (the front end then needs all of it)."""
         self.points.append(point)
         if len(self.points) <= self.max_points:
             return False
         pts = self.points
-        kept = [a if a[2] >= b[2] else b for a, b in zip(pts[0::2], pts[1::2])]
+        kept = [_merge(a, b) for a, b in zip(pts[0::2], pts[1::2])]
         if len(pts) % 2:
             kept.append(pts[-1])
-        for merged, (a, b) in zip(kept, zip(pts[0::2], pts[1::2])):
-            merged[3] = max(a[3], b[3])  # MaxInUse of the pair: never lose a peak
         self.points = kept
         self.compactions += 1
         return True
@@ -73,13 +85,24 @@ class MemoryHistory:
 
     @property
     def peak(self) -> int:
-        return max((p[3] for p in self.points), default=0)
+        return int(max((p[MAX_IN_USE] for p in self.points), default=0))
 
 
-POINT_FIELDS = 5  # x, Limit, InUse, MaxInUse, stage
+def _merge(a: list[float], b: list[float]) -> list[float]:
+    """Two neighbouring samples as one: the higher memory point, the peak of both, mean loss, summed time / samples."""
+    merged = list(a if a[IN_USE] >= b[IN_USE] else b)
+    merged[MAX_IN_USE] = max(a[MAX_IN_USE], b[MAX_IN_USE])
+    merged[STAGE], merged[EPOCH] = b[STAGE], b[EPOCH]
+    losses = [v for v in (_as_float(a[LOSS]), _as_float(b[LOSS])) if not math.isnan(v)]
+    merged[LOSS] = sum(losses) / len(losses) if losses else NAN
+    timed = [p for p in (a, b) if not math.isnan(p[SECONDS])]
+    merged[SECONDS] = sum(p[SECONDS] for p in timed) if timed else NAN
+    merged[SAMPLES] = sum(p[SAMPLES] for p in timed)
+    merged[BATCHES] = sum(p[BATCHES] for p in timed)
+    return merged
 
 
-def pack_points(points: list[list[int]]) -> memoryview:
+def pack_points(points: list[list[float]]) -> memoryview:
     """Points as one binary buffer of float64 (exact for byte counts below 2**53): no per-number JSON work."""
     flat = array("d")
     for point in points:
@@ -87,153 +110,45 @@ def pack_points(points: list[list[int]]) -> memoryview:
     return memoryview(flat.tobytes())
 
 
-def unpack_points(buffer: Any) -> list[list[int]]:
+def unpack_points(buffer: Any) -> list[list[float]]:
     """The inverse of pack_points (what the front end does with the buffer)."""
     flat = array("d")
     flat.frombytes(bytes(buffer))
-    return [[int(v) for v in flat[i:i + POINT_FIELDS]] for i in range(0, len(flat), POINT_FIELDS)]
+    n = len(FIELDS)
+    return [list(flat[i:i + n]) for i in range(0, len(flat), n)]
 
 
-def _parse_requested(message: str) -> int | None:
-    """Bytes an out-of-memory error says were asked for (emulated Gaudi or Habana runtime wording)."""
-    for pattern in (r"tried to allocate [^(]*\((\d+) bytes\)", r"size::(\d+)", r"allocate (\d+) bytes"):
+def oom_figures(error: BaseException) -> dict[str, int | None]:
+    """in_use / requested / limit of an out-of-memory error: its attributes, else what its message says."""
+    message = str(error)
+    figures: dict[str, int | None] = {key: getattr(error, key, None) for key in ("in_use", "requested", "limit")}
+    if figures["requested"] is None:
+        figures["requested"] = _first_int(message, (r"size::(\d+)", r"allocate (\d+) bytes"))
+    if figures["limit"] is None:
+        figures["limit"] = _first_int(message, (r"of Limit (\d+) bytes",))
+    if figures["in_use"] is None:  # the emulated card says it exactly; a Gaudi's message does not
+        figures["in_use"] = _first_int(message, (r"InUse (\d+) of Limit",))
+    return figures
+
+
+def _first_int(message: str, patterns: tuple[str, ...]) -> int | None:
+    for pattern in patterns:
         match = re.search(pattern, message)
         if match:
             return int(match.group(1))
     return None
 
 
-class MemorySummary:
-    """Text, HTML and a static SVG chart of a monitor's state: what stays in the output without a front end."""
+class TrainingChart(anywidget.AnyWidget):
+    """The live view a MemoryMonitor owns: memory, loss and throughput over batches (JavaScript in static/)."""
 
-    def __init__(self, monitor: "MemoryMonitor") -> None:
-        self.points = [list(p) for p in monitor.history.points]
-        self.current = dict(monitor.current)
-        self.device_label = monitor.device_label
-        self.stage = monitor.stage
-        self.status = monitor.status
-        self.oom = dict(monitor.oom)
-        self.samples = monitor.samples
-        self.error = monitor.frontend_error
-
-    @property
-    def limit(self) -> int | None:
-        return self.current.get("Limit") or (self.points[-1][1] if self.points else None)
-
-    @property
-    def peak(self) -> int:
-        return max([p[3] for p in self.points] + [self.current.get("MaxInUse", 0)])
-
-    def lines(self) -> list[str]:
-        head = f"MemoryMonitor — {self.device_label}"
-        if self.status == "idle" and not self.points:
-            return [head, "No samples yet: pass it to a Trainer as a callback (callbacks=[monitor]) and fit."]
-        lines = [f"{head} — {self.stage or 'run'}: {self.samples} batches sampled ({self.status})"]
-        if "InUse" not in self.current:
-            lines.append(f"This accelerator reports no HPU memory counters: {sorted(self.current)}")
-            return lines
-        limit, peak = self.limit or 0, self.peak
-        headroom = limit - peak
-        pct = 100.0 * headroom / limit if limit else 0.0
-        if self.oom:
-            needed = self.oom["in_use"] + (self.oom.get("requested") or 0)
-            lines.append(
-                f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}: no headroom — the run needed "
-                f"at least {format_bytes(needed)}, {format_bytes(max(needed - limit, 0))} more than the Limit"
-            )
-        else:
-            lines.append(
-                f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}: "
-                f"headroom {format_bytes(headroom)} ({pct:.1f}% free)"
-            )
-        lines.append("Now: " + ", ".join(
-            f"{k} {format_bytes(v) if k in ('InUse', 'MaxAllocSize') else v}"
-            for k, v in self.current.items() if k not in ("Limit", "MaxInUse")
-        ))
-        if self.oom:
-            requested = self.oom.get("requested")
-            ask = f": tried to allocate {format_bytes(requested)}" if requested else ""
-            lines.append(
-                f"OUT OF MEMORY at batch {self.oom['x']} ({self.oom.get('stage', '?')}): the Limit "
-                f"{format_bytes(limit)} was hit with {format_bytes(self.oom['in_use'])} in use{ask}."
-            )
-        if self.error:
-            lines.append(f"(live chart disabled after a widget error: {self.error}; training was not affected)")
-        return lines
-
-    def text(self) -> str:
-        return "\n".join(self.lines())
-
-    def svg(self, width: int = 640, height: int = 180) -> str:
-        """A static chart of InUse / MaxInUse (and Limit when in scale) vs batch, with the OOM marker."""
-        if not self.points:
-            return ""
-        pad_l, pad_r, pad_t, pad_b = 70, 10, 10, 22
-        w, h = width - pad_l - pad_r, height - pad_t - pad_b
-        limit, peak = self.limit or 1, self.peak
-        top = max(peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0))
-        show_limit = bool(self.oom) or top >= 0.05 * limit
-        ymax = max(limit if show_limit else top, top, 1) * 1.08
-        x0, x1 = self.points[0][0], max(self.points[-1][0], self.oom.get("x", 0), self.points[0][0] + 1)
-
-        def sx(x: float) -> float:
-            return pad_l + w * (x - x0) / (x1 - x0)
-
-        def sy(y: float) -> float:
-            return pad_t + h * (1 - y / ymax)
-
-        def line(col: int, colour: str, dash: str = "") -> str:
-            pts = " ".join(f"{sx(p[0]):.1f},{sy(p[col]):.1f}" for p in self.points)
-            return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" {dash} points="{pts}"/>'
-
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-                 f'font-family="sans-serif" font-size="10">',
-                 f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="#fafafa" stroke="#ddd"/>']
-        for frac in (0, 0.5, 1):
-            y = ymax / 1.08 * frac
-            parts.append(f'<text x="{pad_l - 4}" y="{sy(y) + 3:.1f}" text-anchor="end">{format_bytes(y)}</text>')
-        parts.append(f'<text x="{pad_l}" y="{height - 6}">batch {x0}</text>')
-        parts.append(f'<text x="{pad_l + w}" y="{height - 6}" text-anchor="end">{x1}</text>')
-        if show_limit:
-            parts.append(line(1, "#d62728", 'stroke-dasharray="5,3"'))
-        else:
-            parts.append(f'<text x="{pad_l + 6}" y="{pad_t + 12}" fill="#d62728">Limit {format_bytes(limit)} '
-                         "(off scale)</text>")
-        parts.append(line(3, "#ff7f0e"))
-        parts.append(line(2, "#1f77b4"))
-        if self.oom:
-            x, y0 = sx(self.oom["x"]), sy(self.oom["in_use"])
-            y1 = sy(self.oom["in_use"] + (self.oom.get("requested") or 0))
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0:.1f}" y2="{max(y1, pad_t):.1f}" '
-                         'stroke="#d62728" stroke-width="4"/>')
-            parts.append(f'<text x="{x - 4:.1f}" y="{pad_t + 12}" text-anchor="end" fill="#d62728" '
-                         'font-weight="bold">OOM</text>')
-        parts.append("</svg>")
-        return "".join(parts)
-
-    def html(self) -> str:
-        lines = self.lines()
-        legend = ('<div style="font-size:11px"><span style="color:#1f77b4">━ InUse</span> '
-                  '<span style="color:#ff7f0e">━ MaxInUse</span> <span style="color:#d62728">┅ Limit</span></div>')
-        body = "<br>".join(html.escape(line) for line in lines[1:])
-        return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
-                f"<b>{html.escape(lines[0])}</b><br>{body}{self.svg()}{legend if self.points else ''}</div>")
-
-
-class MemoryMonitor(Callback, anywidget.AnyWidget):
-    """Live device-memory chart for a Trainer: `L.Trainer(accelerator="hpu", callbacks=[MemoryMonitor()])`.
-
-    It shows itself in the cell that trains (unless it was already shown there); display it yourself (`monitor`)
-    to put the chart elsewhere. `reset_peak=True` resets the device's MaxInUse when a run starts, so the peak
-    is this run's.
-    """
-
-    _esm = STATIC / "memory_chart.js"
-    _css = STATIC / "memory_chart.css"
+    _esm = STATIC / "training_chart.js"
+    _css = STATIC / "training_chart.css"
 
     uid = traitlets.Unicode().tag(sync=True)
-    delta = traitlets.Dict().tag(sync=True)  # {"seq", "base", "reset", "points": pack_points([[x, Limit, InUse, MaxInUse, stage]])}
+    delta = traitlets.Dict().tag(sync=True)  # {"seq", "base", "reset", "points": pack_points([...FIELDS])}
     current = traitlets.Dict().tag(sync=True)  # the latest counters (all ten)
+    ranks = traitlets.Dict().tag(sync=True)  # {"x": [...], "in_use": [[rank0, rank1, ...], ...], "max_in_use": [...]}
     status = traitlets.Unicode("idle").tag(sync=True)  # idle | running | done | oom | error
     stage = traitlets.Unicode("").tag(sync=True)
     device_label = traitlets.Unicode("").tag(sync=True)
@@ -242,128 +157,181 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
     summary = traitlets.Unicode("").tag(sync=True)
     stages = traitlets.List(list(STAGES)).tag(sync=True)
 
-    # ipywidgets keeps a `log` Logger trait; Lightning assigns `callback.log = pl_module.log` to every callback.
-    # Both get what they expect: reading gives the widget's logger, assigning keeps Lightning's function apart.
-    @property
-    def log(self) -> logging.Logger:
-        return _WIDGET_LOG
 
-    @log.setter
-    def log(self, fn: Any) -> None:
-        self.lightning_log = fn
+class MemoryMonitor(Callback):
+    """Live device memory, loss and throughput of a Trainer:
+    `L.Trainer(accelerator="hpu", callbacks=[MemoryMonitor()])`.
+
+    It shows its chart in the cell that trains (unless it was already shown there); display the monitor yourself to
+    put the chart elsewhere. `reset_peak=True` resets the device's MaxInUse when a run starts, so the peak is this
+    run's.
+    """
 
     def __init__(self, update_interval: float = 0.25, max_points: int = 600, log_to_logger: bool = True,
                  auto_display: bool = True, reset_peak: bool = True) -> None:
         if update_interval < 0:
             raise ValueError(f"update_interval must be >= 0 seconds, got {update_interval}.")
-        # uid and the first delta go with the widget's opening message: the front end keys its history by uid
-        super().__init__(uid=uuid.uuid4().hex, delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])})
         self.update_interval = float(update_interval)
-        self.history = MemoryHistory(max_points)
+        self.history = ChartHistory(max_points)
         self.log_to_logger = log_to_logger
         self.auto_display = auto_display
         self.reset_peak = reset_peak
         self.samples = 0
+        self.current: dict[str, Any] = {}
+        self.status = "idle"
+        self.stage = ""
+        self.oom: dict[str, Any] = {}
+        self.rank_history: dict[str, list] = {"x": [], "in_use": [], "max_in_use": []}
         self.frontend_error: str | None = None
+        self.detached: str | None = None  # why this process must not talk to the front end (a worker process)
+        self.device_label, self.is_emulated = _backend_label()
         self._seq = 0
-        self._pending: list[list[int]] = []
+        self._pending: list[list[float]] = []
         self._needs_reset = False
         self._last_push = 0.0
+        self._last_batch_end: float | None = None
         self._handles: list[Any] = []
         self._shown_in: int | None = None
         self._finished = True
         self._owner_pid = os.getpid()
-        self.detached: str | None = None  # why this process must not talk to the front end (a worker process)
-        self._describe_backend()
-        self.on_msg(self._on_frontend_msg)
+        self.chart: TrainingChart | None = None
+        self._guard(self._make_chart)
 
     # -- Lightning hooks --------------------------------------------------------------------------------------
+    @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         # In a forked / spawned worker (multi-device runs) the kernel's sockets are not ours to write to.
         if os.getpid() != self._owner_pid or getattr(trainer, "global_rank", 0) != 0:
             self.detached = f"rank {getattr(trainer, 'global_rank', '?')} in worker process {os.getpid()}"
         self.history.clear()
+        self.rank_history = {"x": [], "in_use": [], "max_in_use": []}
         self._pending, self._needs_reset, self.samples = [], True, 0
+        self._last_batch_end = None
         self._finished = False
-        self._describe_backend()
+        self.device_label, self.is_emulated = _backend_label()
         if self.reset_peak and _is_hpu(trainer):
             from hpu_nb.runtime import get_backend
 
             get_backend().reset_peak_memory_stats()
-        self._guard(self._set, status="running", stage=str(getattr(stage, "value", stage)), oom={}, summary="")
+        self.status, self.stage, self.oom = "running", str(getattr(stage, "value", stage)), {}
+        self._guard(self._set, status=self.status, stage=self.stage, oom={}, summary="", ranks={},
+                    device_label=self.device_label, is_emulated=self.is_emulated)
         if self.auto_display and self.detached is None:
             self._guard(self._show_in_current_cell)
-        self._sample(trainer, None, record=True)  # the starting point: parameters already on the device
+        self._sample(trainer, None)  # the starting point: parameters already on the device
         self._push(force=True)
 
+    @override
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._finish("done" if not self.oom else "oom")
 
+    @override
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         message = str(exception)
         if is_out_of_memory(exception) or "out of memory" in message.lower():
-            stats = self._sample(trainer, None, record=True) or dict(self.current)
-            self._guard(self._set, oom={
-                "x": self.history.points[-1][0] if self.history.points else 0,
-                "in_use": int(stats.get("InUse", 0)),
-                "limit": int(stats.get("Limit", 0)),
-                "requested": _parse_requested(message),
+            stats = self._sample(trainer, None) or dict(self.current)
+            figures = oom_figures(exception)
+            self.oom = {
+                "x": int(self.history.points[-1][X]) if self.history.points else 0,
+                "in_use": int(figures["in_use"] if figures["in_use"] is not None else stats.get("InUse", 0)),
+                "limit": int(figures["limit"] if figures["limit"] is not None else stats.get("Limit", 0)),
+                "requested": figures["requested"],
                 "message": message[:500],
                 "stage": self._stage_name(trainer),
-            })
+            }
+            self._guard(self._set, oom=self.oom)
             self._finish("oom")
         else:
             self._finish("error")
 
+    @override
     def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
-        self._sample(trainer, "on_train_batch_start", record=False)
+        if self._last_batch_end is None:
+            self._last_batch_end = time.perf_counter()
+        if self.log_to_logger and trainer.loggers:
+            self._log(trainer, "on_train_batch_start", self._stats(trainer))
 
-    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-        self._sample(trainer, "on_train_batch_end")
+    @override
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        seconds = now - self._last_batch_end if self._last_batch_end is not None else NAN
+        self._last_batch_end = now
+        self._sample(trainer, "on_train_batch_end", loss=_loss_of(outputs), seconds=seconds, samples=_size_of(batch))
+        if getattr(trainer, "world_size", 1) > 1 and trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            self._gather_ranks(trainer)
 
+    @override
     def on_validation_batch_start(self, trainer: Any, *args: Any) -> None:
-        self._sample(trainer, "on_validation_batch_start", record=False)
+        if self.log_to_logger and trainer.loggers:
+            self._log(trainer, "on_validation_batch_start", self._stats(trainer))
 
+    @override
     def on_validation_batch_end(self, trainer: Any, *args: Any) -> None:
         self._sample(trainer, "on_validation_batch_end")
+        self._last_batch_end = time.perf_counter()  # the next training step's time starts after validation
 
-    def on_test_batch_start(self, trainer: Any, *args: Any) -> None:
-        self._sample(trainer, "on_test_batch_start", record=False)
-
+    @override
     def on_test_batch_end(self, trainer: Any, *args: Any) -> None:
         self._sample(trainer, "on_test_batch_end")
 
+    @override
     def on_predict_batch_end(self, trainer: Any, *args: Any) -> None:
         self._sample(trainer, "on_predict_batch_end")
 
     # -- sampling ---------------------------------------------------------------------------------------------
-    def _sample(self, trainer: Any, hook: str | None, record: bool = True) -> dict[str, Any] | None:
-        if not record and not (self.log_to_logger and trainer.loggers):
-            return None  # batch-start samples only feed the loggers
+    def _stats(self, trainer: Any) -> dict[str, Any] | None:
         try:
-            stats = trainer.accelerator.get_device_stats(trainer.strategy.root_device)
+            return trainer.accelerator.get_device_stats(trainer.strategy.root_device)
         except Exception as err:  # noqa: BLE001 - a monitor must never stop training
             self._disable(f"get_device_stats failed: {type(err).__name__}: {err}")
             return None
+
+    def _sample(self, trainer: Any, hook: str | None, loss: Any = None, seconds: float = NAN,
+                samples: int = 0) -> dict[str, Any] | None:
+        stats = self._stats(trainer)
+        if stats is None:
+            return None
         if hook is not None and self.log_to_logger and trainer.loggers:
             self._log(trainer, hook, stats)
-        if not record:
-            return stats
         if "InUse" in stats:
             self.samples += 1
-            point = [self.samples, int(stats.get("Limit", 0)), int(stats["InUse"]),
-                     int(stats.get("MaxInUse", stats["InUse"])), _stage_index(self._stage_name(trainer))]
+            in_use = int(stats["InUse"])
+            point = [self.samples, int(stats.get("Limit", 0)), in_use, int(stats.get("MaxInUse", in_use)),
+                     _stage_index(self._stage_name(trainer)), int(getattr(trainer, "current_epoch", 0)),
+                     NAN if loss is None else loss, seconds, samples, 0 if math.isnan(seconds) else 1]
             if self.history.append(point):
                 self._needs_reset = True
                 self._pending = []
             else:
                 self._pending.append(point)
-        self._latest = stats
+        self.current = {k: int(v) if isinstance(v, (int, float)) else v for k, v in stats.items()}
         if time.monotonic() - self._last_push >= self.update_interval:
             self._push()
         return stats
 
-    def _log(self, trainer: Any, hook: str, stats: dict[str, Any]) -> None:
+    def _gather_ranks(self, trainer: Any) -> None:
+        """Every rank's InUse / MaxInUse to rank 0 (a collective: every rank runs this at the same step)."""
+        try:
+            import torch
+
+            stats = self.current
+            mine = torch.tensor([stats.get("InUse", 0) / 1024.0, stats.get("MaxInUse", 0) / 1024.0],
+                                dtype=torch.float32, device=trainer.strategy.root_device)
+            everyone = trainer.strategy.all_gather(mine).reshape(-1, 2).cpu().tolist()
+        except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+            self._disable(f"gathering the ranks' memory failed: {type(err).__name__}: {err}")
+            return
+        history = self.rank_history
+        history["x"].append(self.samples)
+        history["in_use"].append([int(v[0] * 1024) for v in everyone])
+        history["max_in_use"].append([int(v[1] * 1024) for v in everyone])
+        for key in history:
+            del history[key][:-MAX_RANK_POINTS]
+        self._guard(self._set, ranks=dict(history))
+
+    def _log(self, trainer: Any, hook: str, stats: dict[str, Any] | None) -> None:
+        if stats is None:
+            return
         connector = getattr(trainer, "_logger_connector", None)
         if connector is not None and not getattr(connector, "should_update_logs", True):
             return
@@ -380,15 +348,24 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
             return ""
 
     # -- front end --------------------------------------------------------------------------------------------
+    def _make_chart(self) -> None:
+        # uid and the first delta go with the widget's opening message: the front end keys its history by uid
+        self.chart = TrainingChart(uid=uuid.uuid4().hex, device_label=self.device_label, is_emulated=self.is_emulated,
+                                   delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])})
+        self.chart.on_msg(self._on_frontend_msg)
+
     def _push(self, force: bool = False) -> None:
         """Send the new points and the current counters in one message."""
         if not (force or self._pending or self._needs_reset):
             return
         self._last_push = time.monotonic()
-        traits: dict[str, Any] = {
-            "current": {k: int(v) if isinstance(v, (int, float)) else v for k, v in getattr(self, "_latest", {}).items()}
-        }
+        for point in self._pending:  # losses stay tensors until now: one device sync per push, not per batch
+            point[LOSS] = _as_float(point[LOSS])
+        traits: dict[str, Any] = {"current": dict(self.current)}
         if self._pending or self._needs_reset:
+            if self._needs_reset:
+                for point in self.history.points:
+                    point[LOSS] = _as_float(point[LOSS])
             base = self._seq
             self._seq += 1
             points = self.history.points if self._needs_reset else self._pending
@@ -398,9 +375,11 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         self._guard(self._set, **traits)
 
     def _set(self, **traits: Any) -> None:
-        with self.hold_sync():
+        if self.chart is None or self.frontend_error is not None or self.detached is not None:
+            return  # after a front-end failure, or in a worker, the Python side keeps its state but sends nothing
+        with self.chart.hold_sync():
             for name, value in traits.items():
-                setattr(self, name, value)
+                setattr(self.chart, name, value)
 
     def _on_frontend_msg(self, widget: Any, content: Any, buffers: Any) -> None:
         """A view that missed deltas (created mid-run, page reloaded) asks for the whole history."""
@@ -412,18 +391,12 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
         if self._finished:
             return
         self._finished = True
+        self.status = status
         self._needs_reset = True
         self._push(force=True)
-        summary = MemorySummary(self)
-        summary.status = status
-        self._guard(self._set, status=status, summary=summary.text())
+        self._guard(self._set, status=status, summary=TrainingSummary(self).text())
         if self.detached is None:
             self._guard(self._update_displays)
-
-    def _send(self, msg: Any, buffers: Any = None) -> None:
-        """After a front-end failure the Python side keeps its state but sends nothing more."""
-        if getattr(self, "frontend_error", None) is None and getattr(self, "detached", None) is None:
-            super()._send(msg, buffers)  # (also called while the widget is being built)
 
     def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         """Run a front-end operation; on failure say so once and stop sending to the front end."""
@@ -438,21 +411,12 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
             warnings.warn(f"MemoryMonitor stopped updating its chart ({reason}); training goes on.", RuntimeWarning,
                           stacklevel=3)
 
-    def _describe_backend(self) -> None:
-        from hpu_nb.runtime import get_backend
-
-        try:
-            backend = get_backend()
-            name = backend.device_name()
-            label = f"emulated {name} on the CPU" if backend.is_emulated else f"Intel Gaudi {name}"
-            self._guard(self._set, device_label=label, is_emulated=backend.is_emulated)
-        except Exception as err:  # noqa: BLE001
-            self.device_label = f"device unknown ({type(err).__name__})"
-
     # -- display ----------------------------------------------------------------------------------------------
     def _bundle(self) -> dict[str, Any]:
-        data, _ = anywidget.AnyWidget._repr_mimebundle_(self)  # the widget view
-        summary = MemorySummary(self)
+        data: dict[str, Any] = {}
+        if self.chart is not None and self.frontend_error is None:
+            data, _ = self.chart._repr_mimebundle_()  # the widget view
+        summary = TrainingSummary(self)
         data["text/plain"] = summary.text()
         data["text/html"] = summary.html()
         return data
@@ -479,23 +443,247 @@ class MemoryMonitor(Callback, anywidget.AnyWidget):
             handle.update(bundle, raw=True)
 
     def __repr__(self) -> str:
-        if "history" not in self.__dict__:  # still being constructed
-            return object.__repr__(self)
-        return MemorySummary(self).text()
+        return TrainingSummary(self).text()
 
     def _repr_html_(self) -> str:
-        return MemorySummary(self).html()
+        return TrainingSummary(self).html()
 
     @property
     def peak(self) -> int:
         """The highest MaxInUse seen in the last run, in bytes."""
-        return MemorySummary(self).peak
+        return TrainingSummary(self).peak
 
     @property
     def headroom(self) -> int | None:
         """Limit minus the peak, in bytes (None before any sample)."""
-        limit = MemorySummary(self).limit
+        limit = TrainingSummary(self).limit
         return None if limit is None else limit - self.peak
+
+
+class TrainingSummary:
+    """Text, HTML and static SVG charts of a monitor's state: what stays in the output without a front end."""
+
+    def __init__(self, monitor: MemoryMonitor) -> None:
+        self.points = [[_as_float(v) for v in p] for p in monitor.history.points]
+        self.current = dict(monitor.current)
+        self.device_label = monitor.device_label
+        self.is_emulated = monitor.is_emulated
+        self.stage = monitor.stage
+        self.status = monitor.status
+        self.oom = dict(monitor.oom)
+        self.samples = monitor.samples
+        self.error = monitor.frontend_error
+        self.ranks = monitor.rank_history
+
+    @property
+    def limit(self) -> int | None:
+        if self.oom.get("limit"):
+            return int(self.oom["limit"])
+        return self.current.get("Limit") or (int(self.points[-1][LIMIT]) if self.points else None)
+
+    @property
+    def peak(self) -> int:
+        return int(max([p[MAX_IN_USE] for p in self.points] + [self.current.get("MaxInUse", 0)]))
+
+    def training(self) -> dict[str, float] | None:
+        """Loss and throughput of the training batches: first / last loss, median step time, samples/s, steps/s."""
+        train = [p for p in self.points if p[STAGE] == 0]
+        losses = [p[LOSS] for p in train if not math.isnan(p[LOSS])]
+        timed = [p for p in train if p[BATCHES] > 0 and p[SECONDS] > 0]
+        if not (losses or timed):
+            return None
+        out: dict[str, float] = {}
+        if losses:
+            out.update(first_loss=losses[0], last_loss=losses[-1])
+        if timed:
+            out["step_time"] = statistics.median(p[SECONDS] / p[BATCHES] for p in timed)
+            total_s = sum(p[SECONDS] for p in timed)
+            out["samples_per_s"] = sum(p[SAMPLES] for p in timed) / total_s
+            out["steps_per_s"] = sum(p[BATCHES] for p in timed) / total_s
+        return out
+
+    def lines(self) -> list[str]:
+        measured = " (emulated: CPU time and host memory)" if self.is_emulated else ""
+        head = f"MemoryMonitor — {self.device_label}"
+        if self.status == "idle" and not self.points:
+            return [head, "No samples yet: pass it to a Trainer as a callback (callbacks=[monitor]) and fit."]
+        lines = [f"{head} — {self.stage or 'run'}: {self.samples} batches sampled ({self.status})"]
+        if "InUse" not in self.current:
+            lines.append(f"This accelerator reports no HPU memory counters: {sorted(self.current)}")
+            return lines
+        limit, peak = self.limit or 0, self.peak
+        if self.oom:
+            needed = self.oom["in_use"] + (self.oom.get("requested") or 0)
+            lines.append(
+                f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: no headroom — the run "
+                f"needed at least {format_bytes(needed)}, {format_bytes(max(needed - limit, 0))} more than the Limit"
+            )
+        else:
+            pct = 100.0 * (limit - peak) / limit if limit else 0.0
+            lines.append(f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: "
+                         f"headroom {format_bytes(limit - peak)} ({pct:.1f}% free)")
+        shown = {k: v for k, v in self.current.items() if k not in ("Limit", "MaxInUse")}
+        if self.oom:
+            shown.pop("InUse", None)  # after an OOM the figure that counts is the one at the failure, below
+        lines.append("Now: " + ", ".join(
+            f"{k} {format_bytes(v) if k in ('InUse', 'MaxAllocSize') else v}" for k, v in shown.items()))
+        training = self.training()
+        if training:
+            parts = []
+            if "last_loss" in training:
+                parts.append(f"loss {training['first_loss']:.4g} -> {training['last_loss']:.4g}")
+            if "step_time" in training:
+                parts.append(f"step time {training['step_time'] * 1e3:.1f} ms (median), "
+                             f"{training['steps_per_s']:.1f} steps/s, {training['samples_per_s']:.0f} samples/s")
+            lines.append("Training: " + "; ".join(parts) + measured)
+        if self.ranks.get("x"):
+            last = self.ranks["in_use"][-1]
+            lines.append("Per rank InUse (last gathered): " + ", ".join(
+                f"rank {r} {format_bytes(v)}" for r, v in enumerate(last)))
+        if self.oom:
+            requested = self.oom.get("requested")
+            ask = f": tried to allocate {format_bytes(requested)}" if requested else ""
+            lines.append(
+                f"OUT OF MEMORY at batch {self.oom['x']} ({self.oom.get('stage', '?')}): the Limit "
+                f"{format_bytes(limit)} was hit with {format_bytes(self.oom['in_use'])} in use{ask}."
+            )
+        if self.error:
+            lines.append(f"(live chart disabled after a widget error: {self.error}; training was not affected)")
+        return lines
+
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+    def memory_svg(self, width: int = 640, height: int = 170) -> str:
+        """InUse / MaxInUse (and Limit when in scale) vs batch, epoch marks, the OOM marker."""
+        if not self.points:
+            return ""
+        limit, peak = self.limit or 1, self.peak
+        top = max(peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0))
+        show_limit = bool(self.oom) or top >= 0.05 * limit
+        ymax = max(limit if show_limit else top, top, 1) * 1.08
+        plot = _Plot(self.points, width, height, ymax, self.oom.get("x", 0))
+        parts = plot.frame([(0, format_bytes(0)), (ymax / 1.08 / 2, format_bytes(ymax / 1.08 / 2)),
+                            (ymax / 1.08, format_bytes(ymax / 1.08))])
+        if show_limit:
+            parts.append(plot.line(LIMIT, "#d62728", 'stroke-dasharray="5,3"'))
+        else:
+            parts.append(f'<text x="{plot.left + 6}" y="{plot.top + 12}" fill="#d62728">Limit {format_bytes(limit)} '
+                         "(off scale)</text>")
+        parts += [plot.line(MAX_IN_USE, "#ff7f0e"), plot.line(IN_USE, "#1f77b4")]
+        if self.oom:
+            x, y0 = plot.sx(self.oom["x"]), plot.sy(self.oom["in_use"])
+            y1 = max(plot.sy(self.oom["in_use"] + (self.oom.get("requested") or 0)), plot.top)
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0:.1f}" y2="{y1:.1f}" stroke="#d62728" '
+                         'stroke-width="4"/>')
+            parts.append(f'<text x="{x - 4:.1f}" y="{plot.top + 12}" text-anchor="end" fill="#d62728" '
+                         'font-weight="bold">OOM</text>')
+        return "".join(parts) + "</svg>"
+
+    def loss_svg(self, width: int = 640, height: int = 120) -> str:
+        """The training loss vs batch (epoch marks), when the steps returned one."""
+        losses = [p[LOSS] for p in self.points if not math.isnan(p[LOSS])]
+        if not losses:
+            return ""
+        low, high = min(losses), max(losses)
+        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+        plot = _Plot(self.points, width, height, high + pad, 0, ymin=low - pad)
+        parts = plot.frame([(low, f"{low:.3g}"), (high, f"{high:.3g}")], label="loss")
+        return "".join(parts) + plot.line(LOSS, "#2ca02c") + "</svg>"
+
+    def html(self) -> str:
+        lines = self.lines()
+        legend = ('<div style="font-size:11px"><span style="color:#1f77b4">━ InUse</span> '
+                  '<span style="color:#ff7f0e">━ MaxInUse</span> <span style="color:#d62728">┅ Limit</span> '
+                  '<span style="color:#2ca02c">━ training loss</span> '
+                  '<span style="color:#999">┆ epoch</span></div>')
+        body = "<br>".join(html.escape(line) for line in lines[1:])
+        charts = self.memory_svg() + ("<br>" + self.loss_svg() if self.loss_svg() else "")
+        return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
+                f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
+
+
+class _Plot:
+    """Coordinates and frame of one static SVG chart over the batch axis."""
+
+    left, right, top, bottom = 70, 10, 10, 22
+
+    def __init__(self, points: list[list[float]], width: int, height: int, ymax: float, x_extra: float,
+                 ymin: float = 0.0) -> None:
+        self.points, self.width, self.height, self.ymax, self.ymin = points, width, height, ymax, ymin
+        self.w, self.h = width - self.left - self.right, height - self.top - self.bottom
+        self.x0 = points[0][X]
+        self.x1 = max(points[-1][X], x_extra, self.x0 + 1)
+
+    def sx(self, x: float) -> float:
+        return self.left + self.w * (x - self.x0) / (self.x1 - self.x0)
+
+    def sy(self, y: float) -> float:
+        return self.top + self.h * (1 - (y - self.ymin) / (self.ymax - self.ymin))
+
+    def frame(self, ticks: list[tuple[float, str]], label: str = "") -> list[str]:
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}" '
+                 f'font-family="sans-serif" font-size="10">',
+                 f'<rect x="{self.left}" y="{self.top}" width="{self.w}" height="{self.h}" fill="#fafafa" '
+                 'stroke="#ddd"/>']
+        for y, text in ticks:
+            parts.append(f'<text x="{self.left - 4}" y="{self.sy(y) + 3:.1f}" text-anchor="end">{html.escape(text)}'
+                         "</text>")
+        if label:
+            parts.append(f'<text x="{self.left + 4}" y="{self.top + 11}" fill="#555">{label}</text>')
+        parts.append(f'<text x="{self.left}" y="{self.height - 6}">batch {self.x0:g}</text>')
+        parts.append(f'<text x="{self.left + self.w}" y="{self.height - 6}" text-anchor="end">{self.x1:g}</text>')
+        for a, b in zip(self.points, self.points[1:]):
+            if b[EPOCH] != a[EPOCH]:
+                x = self.sx(b[X])
+                parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.top}" y2="{self.top + self.h}" '
+                             'stroke="#999" stroke-dasharray="2,3"/>')
+        return parts
+
+    def line(self, column: int, colour: str, dash: str = "") -> str:
+        pts = " ".join(f"{self.sx(p[X]):.1f},{self.sy(p[column]):.1f}" for p in self.points
+                       if not math.isnan(p[column]))
+        return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" {dash} points="{pts}"/>'
+
+
+def _loss_of(outputs: Any) -> Any:
+    """The loss a training step returned (a tensor, or a dict's "loss"), detached; NaN when there is none."""
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss")
+    detach = getattr(outputs, "detach", None)
+    if detach is not None and getattr(outputs, "numel", lambda: 0)() == 1:
+        return detach()
+    if isinstance(outputs, (int, float)):
+        return float(outputs)
+    return NAN
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return NAN
+
+
+def _size_of(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor (0 when it has none)."""
+    from hpu_nb.runtime.base import iter_tensors
+
+    for tensor in iter_tensors(batch):
+        return int(tensor.shape[0]) if tensor.dim() else 1
+    return 0
+
+
+def _backend_label() -> tuple[str, bool]:
+    from hpu_nb.runtime import get_backend
+
+    try:
+        backend = get_backend()
+        name = backend.device_name()
+        label = f"emulated {name} on the CPU" if backend.is_emulated else f"Intel Gaudi {name}"
+        return label, bool(backend.is_emulated)
+    except Exception as err:  # noqa: BLE001
+        return f"device unknown ({type(err).__name__})", False
 
 
 def _stage_index(stage: str) -> int:

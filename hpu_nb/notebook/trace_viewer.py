@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import os
 import pathlib
 import shlex
@@ -24,13 +25,13 @@ import anywidget
 import numpy as np
 import traitlets
 
-from hpu_nb.traces import Trace, load
-from hpu_nb.traces.lod import TimelineIndex, ViewPayload
+from hpu_nb.traces import Trace, find_trace, load, trace_files
+from hpu_nb.traces.lod import MAX_NAME, TimelineIndex, ViewPayload
 from hpu_nb.traces.render import timeline_svg
-from hpu_nb.traces.tables import Table, fmt_ns
+from hpu_nb.traces.tables import Table, fmt_ns, shorten
 
 STATIC = pathlib.Path(__file__).parent / "static"
-MAX_DETAIL_CHARS = 300  # per args value in the details pane
+MAX_DETAIL_CHARS = 300  # per value in the details pane (the name included): a 10 MB op name is not sent whole
 
 
 class TraceViewer(anywidget.AnyWidget):
@@ -62,7 +63,6 @@ class TraceViewer(anywidget.AnyWidget):
         self.trace = trace if isinstance(trace, Trace) else load(trace)
         self.top = top
         self.index = TimelineIndex(self.trace)
-        self._not_ops = self.trace._excluded_mask() | ~self.trace.is_span
         self.last_payload: ViewPayload | None = None
         t = self.trace
         self.title = os.path.basename(t.path) if t.path else "trace"
@@ -85,7 +85,7 @@ class TraceViewer(anywidget.AnyWidget):
     def _on_selected(self, change: dict[str, Any]) -> None:
         try:
             i = int(change["new"])
-            self.details = _jsonable(self.trace.event(i)) if i >= 0 else {}
+            self.details = details_rows(self.trace.event(i)) if i >= 0 else {}
         except Exception as err:  # noqa: BLE001 - a bad click must never break the widget
             self.error = f"details: {type(err).__name__}: {err}"
 
@@ -120,16 +120,13 @@ class TraceViewer(anywidget.AnyWidget):
     def _ops_in_window(self, t0: float, t1: float) -> list[list[Any]]:
         """Top ops by self time among the spans that start inside the window (the table beside the timeline)."""
         t = self.trace
-        mask = (t.ts >= t0) & (t.ts < t1) & ~self._not_ops  # ts is sorted per track only: a mask, not a search
+        mask = (t.ts >= t0) & (t.ts < t1) & t.op_mask  # ts is sorted per track only: a mask, not a search
         if not mask.any():
             return []
-        ids = t.name_id[mask]
-        self_t = np.bincount(ids, weights=t.self_ns[mask], minlength=len(t.names))
-        total = np.bincount(ids, weights=t.dur[mask], minlength=len(t.names))
-        calls = np.bincount(ids, minlength=len(t.names))
+        calls, total, self_t = t._aggregate(mask)
         nz = np.flatnonzero(calls)
         pick = nz[np.argsort(-self_t[nz], kind="stable")][: self.top]
-        return [[t.names[k], int(calls[k]), float(total[k]), float(self_t[k])] for k in pick]
+        return [[shorten(t.names[k], MAX_NAME), int(calls[k]), float(total[k]), float(self_t[k])] for k in pick]
 
     def _search(self) -> None:
         q = self.query.strip()
@@ -141,11 +138,9 @@ class TraceViewer(anywidget.AnyWidget):
             self.matches = []
             return
         t = self.trace
-        mask = np.isin(t.name_id, ids) & t.is_span
-        calls = np.bincount(t.name_id[mask], minlength=len(t.names))
-        total = np.bincount(t.name_id[mask], weights=t.dur[mask], minlength=len(t.names))
+        calls, total, _ = t._aggregate(np.isin(t.name_id, ids) & t.is_span)
         order = ids[np.argsort(-total[ids], kind="stable")][:20]
-        self.matches = [[t.names[k], int(calls[k]), float(total[k])] for k in order]
+        self.matches = [[shorten(t.names[k], MAX_NAME), int(calls[k]), float(total[k])] for k in order]
 
     # -- without a front end ---------------------------------------------------------------------
     def summary_table(self) -> Table:
@@ -193,17 +188,25 @@ class TraceViewer(anywidget.AnyWidget):
         return f"<TraceViewer {self.title}: {len(self.trace):,} events>"
 
 
-def _jsonable(event: dict[str, Any]) -> dict[str, Any]:
-    """The details of one event, with args shortened to keep the message small."""
-    out = dict(event)
-    args = {}
+def details_rows(event: dict[str, Any]) -> dict[str, Any]:
+    """The details pane of one event: its name and (label, formatted value) rows, each value bounded in length."""
+    rows = [
+        ("name", event["name"]),
+        ("category", event["category"]),
+        ("track", event["track"]),
+        ("step", "-" if event["step"] is None else f"#{event['step']}"),
+        ("start", fmt_ns(event["start_us"] * 1000)),
+        ("duration", fmt_ns(event["duration_us"] * 1000)),
+        ("self time", fmt_ns(event["self_us"] * 1000)),
+        ("nesting depth", str(event["depth"])),
+    ]
     for key, value in (event.get("args") or {}).items():
-        text = value if isinstance(value, (int, float, bool)) or value is None else str(value)
-        if isinstance(text, str) and len(text) > MAX_DETAIL_CHARS:
-            text = text[: MAX_DETAIL_CHARS - 1] + "…"
-        args[str(key)] = text
-    out["args"] = args
-    return out
+        rows.append((f"args.{key}", value if isinstance(value, str) else json.dumps(value, default=str)))
+    return {
+        "index": event["index"],
+        "name": shorten(event["name"], MAX_DETAIL_CHARS),
+        "rows": [[shorten(str(k), 80), shorten(str(v), MAX_DETAIL_CHARS)] for k, v in rows],
+    }
 
 
 class _MagicArgs(argparse.ArgumentParser):
@@ -233,7 +236,12 @@ def hpu_trace_magic(line: str = "") -> TraceViewer | None:
         print(f"%hpu_trace: {err}. Usage: %hpu_trace [PATH] [--top N] [--text] [--no-args]")
         return None
     try:
-        trace = load(args.path, keep_args=args.keep_args)
+        path = find_trace(args.path)
+        if os.path.isdir(args.path):
+            others = len(trace_files(args.path)) - 1
+            print(f"%hpu_trace: {path} (the newest Chrome trace in {args.path}"
+                  + (f"; {others} older one{'s' if others > 1 else ''} there)" if others else ")"))
+        trace = load(path, keep_args=args.keep_args)
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"%hpu_trace: {err}")
         return None

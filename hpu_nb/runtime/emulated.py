@@ -73,8 +73,9 @@ class EmulatedBackend(DeviceBackend):
                                  ("HPU_NB_MEMORY_LIMIT", card.memory_limit, wanted.memory_limit),
                                  ("HPU_NB_DEVICE_COUNT", card.device_count, wanted.device_count)):
             if now != asked:
-                notes.append(f"{name} was changed after the emulated card started and is not in force: the card keeps"
-                             f" {now!r} (the environment asks for {asked!r}); restart the kernel / process to apply it.")
+                notes.append(f"{name} was changed after the emulated card started and is not in force: the card"
+                             f" keeps {now!r} (the environment asks for {asked!r}); restart the kernel / process to"
+                             " apply it.")
         return notes
 
     def device_facts(self, timeout: float = 2.0) -> list[DeviceFacts]:

@@ -65,7 +65,8 @@ def parse_size(text: str) -> int:
     unit = match.group(2).lower() if match else None
     if not match or unit not in _UNITS:
         raise ValueError(
-            f"Cannot read memory size {text!r}: write a number with an optional unit, e.g. 512MiB, 2GiB, 1.5GB or 1048576."
+            f"Cannot read memory size {text!r}: write a number with an optional unit, e.g. 512MiB, 2GiB, 1.5GB or"
+            " 1048576."
         )
     size = int(float(match.group(1)) * _UNITS[unit])
     if size <= 0:

@@ -65,7 +65,8 @@ def fp8_autocast(enabled: bool, recipe: Any) -> Any:
 def inference_toolkit() -> str:
     """"inc" (Intel Neural Compressor), "hqt" (Habana Quantization Toolkit) or "" when neither is installed."""
     try:
-        if importlib.util.find_spec("neural_compressor") is not None and importlib.util.find_spec(INC_MODULE) is not None:
+        inc_installed = importlib.util.find_spec("neural_compressor") is not None
+        if inc_installed and importlib.util.find_spec(INC_MODULE) is not None:
             return "inc"
     except (ImportError, ValueError):
         pass

@@ -15,6 +15,7 @@ from hpu_nb.traces.model import (
     Track,
     find_trace,
     load,
+    trace_files,
 )
 from hpu_nb.traces.tables import Table
 
@@ -31,4 +32,5 @@ __all__ = [
     "compare",
     "find_trace",
     "load",
+    "trace_files",
 ]

@@ -31,8 +31,9 @@ class Comparison:
         self.step_b = _mean_step(b)
         la, lb = labels
         unit = "per step" if self.per_step else "whole trace"
+        note = f" ({self.device_note})" if self.device_note else ""
         self.table = Table(
-            f"What got slower: self time {unit}, {la} -> {lb}",
+            f"What got slower: self time {unit}, {la} -> {lb}{note}",
             ["name", f"self {la}", f"self {lb}", "delta", "ratio", f"calls {la}", f"calls {lb}"],
             rows[:top],
             {
@@ -49,14 +50,21 @@ class Comparison:
         """Names of ops whose self time grew by more than `threshold` x (and that ran in both)."""
         return [r[0] for r in self.rows if r[1] > 0 and r[4] > threshold]
 
+    @property
+    def device_note(self) -> str:
+        """What the traces say about the device they were measured on (e.g. "emulated Gaudi, CPU activity only")."""
+        notes = dict.fromkeys(n for n in (self.a.device_note, self.b.device_note) if n)
+        return "; ".join(notes)
+
     def _header(self) -> str:
         la, lb = self.labels
+        note = f" — measured on the {self.device_note}" if self.device_note else ""
         if self.step_a and self.step_b:
             return (
                 f"Mean step time: {la} {fmt_ns(self.step_a)}, {lb} {fmt_ns(self.step_b)} "
-                f"({self.step_b / self.step_a:.2f}x)"
+                f"({self.step_b / self.step_a:.2f}x){note}"
             )
-        return f"{la}: {len(self.a):,} events; {lb}: {len(self.b):,} events (no ProfilerStep spans to compare)"
+        return f"{la}: {len(self.a):,} events; {lb}: {len(self.b):,} events (no ProfilerStep spans to compare){note}"
 
     def __repr__(self) -> str:
         return self._header() + "\n" + repr(self.table)

@@ -84,7 +84,7 @@ class TimelineIndex:
         self._pos: list[np.ndarray] = []
         self._cummax_end: list[np.ndarray] = []
         depth = trace.depth
-        for track in sorted(trace.tracks, key=lambda t: t.sort_key):
+        for track in trace.visible_tracks():  # tracks without op spans (metadata, the profiler's window) are hidden
             lo, hi = int(trace.track_bounds[track.index]), int(trace.track_bounds[track.index + 1])
             d = depth[lo:hi]
             if not (d >= 0).any():
@@ -96,7 +96,6 @@ class TimelineIndex:
                 self.rows.append(Row(track.index, level, track.label, track.kind))
                 self._pos.append(pos)
                 self._cummax_end.append(np.maximum.accumulate(trace.end[pos]))
-        self.hidden_depth = int(depth.max()) + 1 > max_depth if len(depth) else False
 
     def row_meta(self) -> list[dict[str, Any]]:
         return [{"track": r.track, "depth": r.depth, "label": r.label, "kind": r.kind} for r in self.rows]

@@ -95,6 +95,8 @@ class Trace:
         self.track_bounds = np.searchsorted(self.track_id, np.arange(len(self.tracks) + 1))
         self.depth, self.parent, self.self_ns = _nesting(self)
         self.steps = self._find_steps()
+        self.op_mask = self.is_span & ~self._excluded_mask()  # spans that are ops (not step markers, not the window)
+        self.outermost = _outermost_of_name(self)  # no enclosing span of the same name: counts toward op totals
 
     # -- basics -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -184,13 +186,12 @@ class Trace:
         """Top ops by self or total time (aggregated over every occurrence of a name)."""
         if by not in ("self", "total"):
             raise ValueError(f"by must be 'self' or 'total', not {by!r}")
-        mask = self.is_span & ~self._excluded_mask()
+        mask = self.op_mask.copy()
         if category is not None:
             if category not in self.cats:
                 raise ValueError(f"no category {category!r} in this trace; it has: {', '.join(self.cats[1:])}")
             mask &= self.cat_id == self.cats.index(category)
-        agg = _aggregate(self.name_id[mask], self.dur[mask], self.self_ns[mask], len(self.names))
-        count, total, self_t = agg
+        count, total, self_t = self._aggregate(mask)
         key = self_t if by == "self" else total
         nz = np.flatnonzero(count)
         pick = nz[np.argsort(-key[nz], kind="stable")][:top]
@@ -207,7 +208,7 @@ class Trace:
             for k in pick
         ]
         return Table(
-            f"Top {len(rows)} ops by {by} time" + (f" (category {category})" if category else ""),
+            f"Top {len(rows)} ops by {by} time" + (f" (category {category})" if category else "") + _note_suffix(self),
             ["name", "calls", "total", "self", "self %", "avg"],
             rows,
             {"total": fmt_ns, "self": fmt_ns, "avg": fmt_ns, "self %": lambda v: f"{v:.1f}%"},
@@ -215,9 +216,22 @@ class Trace:
 
     def op_totals(self) -> dict[str, tuple[int, int, int]]:
         """name -> (calls, total ns, self ns), over all spans except ProfilerStep#N."""
-        mask = self.is_span & ~self._excluded_mask()
-        count, total, self_t = _aggregate(self.name_id[mask], self.dur[mask], self.self_ns[mask], len(self.names))
+        count, total, self_t = self._aggregate(self.op_mask)
         return {self.names[k]: (int(count[k]), int(total[k]), int(self_t[k])) for k in np.flatnonzero(count)}
+
+    def _aggregate(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per name id: calls, total time and self time of the spans in `mask`.
+
+        A span inside another span of the same name (recursion, a wrapper calling the op of the same name) is a
+        call, but its time is already in the outer one's total: total time counts outermost spans only, so an op's
+        total never exceeds the time it was on the stack.
+        """
+        n = len(self.names)
+        ids = self.name_id[mask]
+        count = np.bincount(ids, minlength=n)
+        total = np.bincount(ids, weights=np.where(self.outermost[mask], self.dur[mask], 0), minlength=n)
+        self_t = np.bincount(ids, weights=self.self_ns[mask], minlength=n)
+        return count, total.astype(np.int64), self_t.astype(np.int64)
 
     def _excluded_mask(self) -> np.ndarray:
         """Spans that are not ops: ProfilerStep#N markers and the profiler's own whole-window span."""
@@ -231,7 +245,7 @@ class Trace:
         """Each ProfilerStep#N: its duration, how many ops ran in it, and its heaviest op by self time."""
         rows = []
         if self.steps:
-            idx = np.flatnonzero(self.is_span & ~self._excluded_mask())
+            idx = np.flatnonzero(self.op_mask)
             starts = np.array([s.start_ns for s in self.steps])
             ends = np.array([s.end_ns for s in self.steps])
             k = np.searchsorted(starts, self.ts[idx], side="right") - 1
@@ -248,38 +262,45 @@ class Trace:
             for j, step in enumerate(self.steps):
                 rows.append([step.number, step.start_ns, step.duration_ns, int(ops[j]), top.get(j, "-")])
         return Table(
-            f"Steps ({len(rows)})",
+            f"Steps ({len(rows)})" + _note_suffix(self),
             ["step", "start", "duration", "ops", "top op by self time"],
             rows,
             {"start": fmt_ns, "duration": fmt_ns},
         )
 
+    def visible_tracks(self) -> list[Track]:
+        """Tracks with at least one op span, in display order (metadata-only and instant-only tracks are hidden)."""
+        has_ops = np.bincount(self.track_id[self.op_mask], minlength=len(self.tracks)) > 0
+        return [t for t in sorted(self.tracks, key=lambda t: t.sort_key) if has_ops[t.index]]
+
     def per_track(self) -> Table:
-        """Each thread / device track: events, busy time (top-level spans) and utilisation of the trace span."""
+        """Each thread / device track: op spans, busy time (the union of their intervals) and its share of the trace."""
         rows = []
         span = max(self.duration_ns, 1)
-        for t in sorted(self.tracks, key=lambda t: t.sort_key):
+        visible = self.visible_tracks()
+        for t in visible:
             lo, hi = self.track_bounds[t.index], self.track_bounds[t.index + 1]
-            if hi == lo:
-                continue
-            top = self.depth[lo:hi] == 0
-            busy = int(self.dur[lo:hi][top].sum())
-            rows.append([t.label, t.kind, int(hi - lo), busy, 100.0 * busy / span])
+            ops = self.op_mask[lo:hi]
+            busy = _union_ns(self.ts[lo:hi][ops], self.end[lo:hi][ops])
+            rows.append([t.label, t.kind, int(ops.sum()), busy, 100.0 * busy / span])
+        hidden = len(self.tracks) - len(visible)
         return Table(
-            "Tracks",
-            ["track", "kind", "events", "busy", "busy %"],
+            "Tracks" + _note_suffix(self),
+            ["track", "kind", "ops", "busy", "busy %"],
             rows,
             {"busy": fmt_ns, "busy %": lambda v: f"{v:.1f}%"},
+            note=f"busy = time covered by at least one op span; {hidden} track(s) without op spans hidden"
+            if hidden else "busy = time covered by at least one op span",
         )
 
     def idle_gaps(self, top: int = 10, min_ns: int = 1000, kind: str | None = None) -> Table:
         """The longest gaps between consecutive top-level spans on each track (where the device or thread waited)."""
         found = []
-        for t in self.tracks:
+        for t in self.visible_tracks():
             if kind is not None and t.kind != kind:
                 continue
             lo, hi = self.track_bounds[t.index], self.track_bounds[t.index + 1]
-            idx = lo + np.flatnonzero(self.depth[lo:hi] == 0)
+            idx = lo + np.flatnonzero(self.op_mask[lo:hi])
             if len(idx) < 2:
                 continue
             run_end = np.maximum.accumulate(self.end[idx])
@@ -296,12 +317,36 @@ class Trace:
                     ]
                 )
         found.sort(key=lambda r: -r[0])
+        title = (f"Idle gaps: the {min(top, len(found))} longest of at least {fmt_ns(min_ns)}" if found
+                 else f"Idle gaps: none of at least {fmt_ns(min_ns)}")
         return Table(
-            f"Idle gaps (top {min(top, len(found))}, at least {fmt_ns(min_ns)})",
+            title,
             ["gap", "track", "at", "after", "before"],
             found[:top],
             {"gap": fmt_ns, "at": fmt_ns},
         )
+
+    def dtypes(self, top: int = 20) -> Table:
+        """Which ops ran in which floating dtype (from "Input type", recorded with record_shapes=True): under
+        autocast, the ops that really ran in bf16 / fp16. A call counts under the lowest float type among its inputs.
+        """
+        counts: dict[str, dict[str, int]] = {}
+        if self._args is not None:
+            for i in np.flatnonzero(self.op_mask):
+                types = self._args.get(int(self.order[i])).get("Input type")
+                if not isinstance(types, list):
+                    continue
+                kind = _float_kind(types)
+                if kind is not None:
+                    row = counts.setdefault(self.names[int(self.name_id[i])], dict.fromkeys(DTYPE_KINDS, 0))
+                    row[kind] += 1
+        rows = [[name, sum(c.values())] + [c[k] for k in DTYPE_KINDS] for name, c in counts.items()]
+        rows.sort(key=lambda r: (-(r[2] + r[3] + r[4]), -r[1], r[0]))
+        low = sum(r[2] + r[3] + r[4] for r in rows)
+        note = (f"{low:,} of {sum(r[1] for r in rows):,} calls with float inputs ran in a low precision"
+                if rows else "no input types in this trace: profile with record_shapes=True to record them")
+        return Table("Op dtypes (calls by the lowest float type of their inputs)" + _note_suffix(self),
+                     ["name", "calls", *DTYPE_KINDS], rows[:top], note=note)
 
     def memory(self) -> MemoryTimeline:
         """Allocated / reserved bytes over time from the profiler's [memory] events, per device."""
@@ -312,7 +357,7 @@ class Trace:
         for d, label in enumerate(mem.devices):
             pick = order[mem.device[order] == d]
             series[label] = np.stack([ts[pick], mem.allocated[pick], mem.reserved[pick]], axis=1)
-        return MemoryTimeline(series)
+        return MemoryTimeline(series, note=self.device_note)
 
     def counters(self) -> dict[str, np.ndarray]:
         """Counter ("C") events: name -> array of (t_ns, value) for their first numeric series."""
@@ -340,8 +385,9 @@ class Trace:
 class MemoryTimeline:
     """Memory in use over time per device, from the profiler's [memory] events."""
 
-    def __init__(self, series: dict[str, np.ndarray]) -> None:
+    def __init__(self, series: dict[str, np.ndarray], note: str = "") -> None:
         self.series = series  # device -> rows of (t_ns, allocated, reserved)
+        self.note = note  # what the trace says about its device (e.g. that the Gaudi was emulated)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.series.values())
@@ -357,7 +403,7 @@ class MemoryTimeline:
             if len(s)
         ]
         return Table(
-            "Memory ([memory] events)",
+            "Memory ([memory] events)" + (f" ({self.note})" if self.note else ""),
             ["device", "events", "peak allocated", "final allocated", "peak reserved"],
             rows,
             {"peak allocated": fmt_bytes, "final allocated": fmt_bytes, "peak reserved": fmt_bytes},
@@ -402,9 +448,11 @@ class TraceSummary:
         self.tracks = trace.per_track()
         self.gaps = trace.idle_gaps(top=min(top, 10))
         self.memory = trace.memory()
+        self.dtypes = trace.dtypes(top)
 
     def _parts(self) -> list[Any]:
-        return [self.by_self, self.by_total, self.steps, self.tracks, self.gaps, self.memory]
+        parts = [self.by_self, self.by_total, self.steps, self.tracks, self.gaps, self.memory]
+        return parts + [self.dtypes] if len(self.dtypes) else parts
 
     def _header(self) -> str:
         return repr(self.trace) + _load_note(self.trace)
@@ -427,11 +475,45 @@ def _load_note(trace: Trace) -> str:
     return ("\n(" + "; ".join(notes) + ")") if notes else ""
 
 
-def _aggregate(name_id: np.ndarray, dur: np.ndarray, self_ns: np.ndarray, n_names: int):
-    count = np.bincount(name_id, minlength=n_names)
-    total = np.bincount(name_id, weights=dur, minlength=n_names).astype(np.int64)
-    self_t = np.bincount(name_id, weights=self_ns, minlength=n_names).astype(np.int64)
-    return count, total, self_t
+DTYPE_KINDS = ("bf16", "fp16", "fp8", "fp32", "fp64")
+_DTYPE_OF = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64"}
+
+
+def _float_kind(types: list) -> str | None:
+    kinds = {_DTYPE_OF.get(t) or ("fp8" if isinstance(t, str) and "Float8" in t else None) for t in types}
+    kinds.discard(None)
+    for kind in ("fp8", "bf16", "fp16", "fp32", "fp64"):
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _note_suffix(trace: Trace) -> str:
+    """' (emulated Gaudi, CPU activity only)' on every table of a trace recorded on the emulated Gaudi."""
+    return f" ({trace.device_note})" if trace.device_note else ""
+
+
+def _union_ns(ts: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals [ts, end) given in start order: overlaps are counted once."""
+    if not len(ts):
+        return 0
+    before = np.maximum.accumulate(end)  # the furthest any earlier interval reached
+    before = np.r_[ts[0], before[:-1]]
+    return int(np.maximum(end - np.maximum(ts, before), 0).sum())
+
+
+def _outermost_of_name(trace: Trace) -> np.ndarray:
+    """True for spans with no enclosing span of the same name (walks every ancestor chain, one level per pass)."""
+    outermost = trace.is_span.copy()
+    idx = np.flatnonzero(trace.parent >= 0)
+    anc = trace.parent[idx]
+    while len(idx):
+        same = trace.name_id[anc] == trace.name_id[idx]
+        outermost[idx[same]] = False
+        idx, anc = idx[~same], trace.parent[anc[~same]]
+        keep = anc >= 0
+        idx, anc = idx[keep], anc[keep]
+    return outermost
 
 
 def _decode_args(raw: bytes) -> dict[str, Any]:
@@ -569,18 +651,47 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
 def find_trace(path: str | os.PathLike) -> str:
-    """`path` itself if it is a file, else the newest *.json / *.json.gz below the folder."""
+    """`path` itself if it is a file, else the newest Chrome trace below the folder.
+
+    In a folder only regular *.json / *.json.gz files whose opening bytes hold a "traceEvents" key (or an event
+    array) count: an fp8 measurement, a config or a pipe named x.json is never taken for a trace.
+    """
     p = os.fspath(path)
     if os.path.isfile(p):
         return p
     if not os.path.exists(p):
         raise FileNotFoundError(f"no trace file or folder at {p!r}")
-    found = []
-    for root, _dirs, files in os.walk(p):
-        for f in files:
-            if f.endswith((".json", ".json.gz")):
-                full = os.path.join(root, f)
-                found.append((os.path.getmtime(full), full))
+    found = trace_files(p)
     if not found:
-        raise FileNotFoundError(f"no Chrome trace (*.json or *.json.gz) in folder {p!r}")
-    return max(found)[1]
+        raise FileNotFoundError(f"no Chrome trace (*.json or *.json.gz with \"traceEvents\") in folder {p!r}")
+    return found[0]
+
+
+def trace_files(folder: str | os.PathLike) -> list[str]:
+    """The Chrome traces below `folder`, newest first."""
+    found = []
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            full = os.path.join(root, f)
+            if f.endswith((".json", ".json.gz")) and os.path.isfile(full) and _looks_like_chrome_trace(full):
+                found.append((os.path.getmtime(full), full))
+    return [f for _, f in sorted(found, reverse=True)]
+
+
+SNIFF_BYTES = 1 << 20
+
+
+def _looks_like_chrome_trace(path: str) -> bool:
+    """Does the file open like a Chrome trace? Reads at most SNIFF_BYTES (decompressed); never raises."""
+    import gzip
+
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+        opener = gzip.open if magic == b"\x1f\x8b" else open
+        with opener(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except (OSError, EOFError):
+        return False
+    start = head.lstrip()[:1]
+    return b'"traceEvents"' in head or (start == b"[" and b'"ph"' in head)

@@ -65,9 +65,6 @@ class Table:
         i = self.columns.index(name)
         return [row[i] for row in self.rows]
 
-    def to_dicts(self) -> list[dict[str, Any]]:
-        return list(self)
-
     def _shown(self) -> tuple[list[list[Any]], int]:
         """The rows to display and how many were left out in the middle."""
         if len(self.rows) <= self.max_rows:

@@ -219,7 +219,8 @@ class LabPage:
         self.page.goto(self.server.url(f"lab/tree/{name}?reset"), wait_until="domcontentloaded")
         self.page.wait_for_function(
             """(name) => { const app = window.jupyterapp; const w = app && app.shell.currentWidget;
-                return w && w.context && w.context.path.endsWith(name) && w.content && w.content.widgets.length > 0; }""",
+                return w && w.context && w.context.path.endsWith(name) && w.content
+                    && w.content.widgets.length > 0; }""",
             arg=name, timeout=timeout * 1000)
         self.wait_for_kernel_idle(timeout)
 

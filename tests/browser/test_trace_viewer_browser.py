@@ -33,13 +33,15 @@ L.Trainer(accelerator="hpu", profiler=profiler, max_epochs=1, limit_train_batche
 viewer = profiler.show()
 viewer""",
     # 1: the Python side of the widget, as JSON (read back by the test after each browser action)
-    """print("STATE" + json.dumps({"view": viewer.view, "t0": viewer.payload_meta["t0"], "t1": viewer.payload_meta["t1"],
+    """print("STATE" + json.dumps({"view": viewer.view, "t0": viewer.payload_meta["t0"],
+      "t1": viewer.payload_meta["t1"],
       "n": viewer.payload_meta["n"], "query": viewer.query, "selected": viewer.selected,
       "detail": viewer.details.get("name"), "steps": viewer.steps, "width": viewer.width}))""",
     # 2: a trace whose op name is markup
     f"""import pathlib
 p = pathlib.Path(tempfile.mkdtemp()) / "hostile.json"
-ev = [{{"ph": "X", "name": {HOSTILE!r}, "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 8.0}} for i in range(50)]
+ev = [{{"ph": "X", "name": {HOSTILE!r}, "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 8.0}}
+      for i in range(50)]
 p.write_text(json.dumps({{"traceEvents": ev}}))
 %load_ext hpu_nb
 %hpu_trace {{p}}""",
@@ -66,6 +68,7 @@ def test_trace_viewer_in_jupyterlab(lab, jupyter_lab) -> None:
     jupyter_lab.write_notebook("browser_trace.ipynb", CELLS)
     started = time.monotonic()
     lab.open_notebook("browser_trace.ipynb")
+    lab.hide_side_panels()
     try:
         _check(lab)
     finally:
@@ -91,6 +94,9 @@ def _check(lab) -> None:
     # the front end told Python its real width
     state = _wait_state(lab, lambda s: s["width"] != 900)
     full = state["t1"] - state["t0"]
+    # nothing is cut off on the right: the op table fits beside the timeline
+    side = widget.locator(".hpu-trace-side")
+    assert lab.page.evaluate("(el) => el.scrollWidth <= el.clientWidth + 1", side.element_handle())
     shot = lab.screenshot("trace-viewer", widget)
     lab.publish(shot, "trace_viewer.png")
 
@@ -108,16 +114,35 @@ def _check(lab) -> None:
     state = _wait_state(lab, lambda s: abs((s["t1"] - s["t0"]) - 1.04 * (s1 - s0)) < 1e4)
     assert state["t0"] <= s0 and state["t1"] >= s1
 
-    # click the middle of the first row (the main thread's top-level spans: ProfilerStep#N and Lightning's ranges)
+    assert widget.get_attribute("data-step") == "0"  # the picker shows the step on view
+
+    # hovering a span shows a tooltip; zooming out hides it and puts the picker back on "all steps"
     box = canvas.bounding_box()
-    plot_w = box["width"] - 170
-    lab.page.mouse.click(box["x"] + 170 + plot_w / 2, box["y"] + 20 + 8)
+    label_w = int(widget.get_attribute("data-label-w"))
+    plot_w = box["width"] - label_w
+    lab.page.mouse.move(box["x"] + label_w + plot_w / 2, box["y"] + 20 + 8)
+    tip = widget.locator(".hpu-trace-tip")
+    tip.wait_for(state="visible")
+    assert "in view" in tip.inner_text()
+    widget.locator(".hpu-trace-reset").click()
+    tip.wait_for(state="hidden")
+    assert widget.locator(".hpu-trace-steps").input_value() == "-1" and widget.get_attribute("data-step") == "-1"
+    widget.locator(".hpu-trace-steps").select_option(index=1)
+    _wait_state(lab, lambda s: abs((s["t1"] - s["t0"]) - 1.04 * (s1 - s0)) < 1e4)
+
+    # click the middle of the first row (the main thread's top-level spans: ProfilerStep#N and Lightning's ranges):
+    # the details are a table of formatted values
+    lab.page.mouse.click(box["x"] + label_w + plot_w / 2, box["y"] + 20 + 8)
     state = _wait_state(lab, lambda s: s["selected"] >= 0 and s["detail"] is not None)
     assert state["detail"].startswith(("ProfilerStep#", "[pl]")), state["detail"]
-    details = widget.locator(".hpu-trace-details")
+    details = widget.locator(".hpu-trace-details table")
+    details.wait_for()
     lab.page.wait_for_function(
         "(args) => args[0].textContent.includes(args[1])", arg=[details.element_handle(), state["detail"]]
     )
+    cells = {r.locator("th").inner_text(): r.locator("td").inner_text() for r in details.locator("tr").all()}
+    assert cells["name"] == state["detail"] and cells["duration"].endswith(("ms", "us")) and "{" not in cells["start"]
+    lab.screenshot("trace-viewer-details", widget)
 
     # search: the matches list and the Python query follow the text box
     widget.locator(".hpu-trace-search").fill("addmm")

@@ -4,7 +4,8 @@ Each rank writes <out>/rank<N>.json (what it saw); rank 0 also saves the trained
 Usage: python fit.py --out DIR [--strategy hpu_parallel|hpu_ddp|<deepspeed/fsdp spec>] [--devices 2]
        [--crash-rank R --crash-step S] [--stuck-rank R --stuck-step S] [--ckpt PATH] [--resume PATH] [--epochs N]
        [--precision P] [--start-method fork]
-Each rank writes <out>/rank<N>.pid when training starts (the launching process: <out>/launcher.pid). A stuck rank writes <out>/stuck<R>.pid, then sleeps for ten minutes in its training step.
+Each rank writes <out>/rank<N>.pid when training starts (the launching process: <out>/launcher.pid). A stuck rank
+writes <out>/stuck<R>.pid, then sleeps for ten minutes in its training step.
 """
 
 from __future__ import annotations
@@ -122,13 +123,15 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     L.seed_everything(7, verbose=False)
-    model = Model(args.crash_rank, args.crash_step, stuck_rank=args.stuck_rank, stuck_step=args.stuck_step, out=str(out))
+    model = Model(args.crash_rank, args.crash_step, stuck_rank=args.stuck_rank, stuck_step=args.stuck_step,
+                  out=str(out))
     if "LOCAL_RANK" not in os.environ:  # the process the user started (not one a launcher started)
         Path(out, "launcher.pid").write_text(str(os.getpid()))
     trainer = L.Trainer(
         accelerator="hpu",
         devices=args.devices,
-        strategy=make_strategy(args.strategy) if args.start_method is None else HPUParallelStrategy(start_method=args.start_method),
+        strategy=(make_strategy(args.strategy) if args.start_method is None
+                  else HPUParallelStrategy(start_method=args.start_method)),
         precision=args.precision,
         max_epochs=args.epochs,
         enable_progress_bar=False,

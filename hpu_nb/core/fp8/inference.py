@@ -55,8 +55,10 @@ def make_config(
         "mode": mode,
         "observer": OBSERVER,
         "scale_method": scale_method,
-        "allowlist": {"types": list((allowlist or {}).get("types", SUPPORTED_TYPES)), "names": list((allowlist or {}).get("names", []))},
-        "blocklist": {"types": list((blocklist or {}).get("types", [])), "names": list((blocklist or {}).get("names", []))},
+        "allowlist": {"types": list((allowlist or {}).get("types", SUPPORTED_TYPES)),
+                      "names": list((allowlist or {}).get("names", []))},
+        "blocklist": {"types": list((blocklist or {}).get("types", [])),
+                      "names": list((blocklist or {}).get("names", []))},
         "dump_stats_path": str(dump_stats_path),
     }
 
@@ -69,7 +71,8 @@ def data_dir(fp8_data_path: Optional[str]) -> Path:
     path = Path(chosen).expanduser().resolve()
     package = Path(__file__).resolve().parents[2]
     if path == package or package in path.parents:
-        raise ValueError(f"fp8_data_path={str(chosen)!r} is inside the installed hpu_nb package ({package}); choose a directory of your own.")
+        raise ValueError(f"fp8_data_path={str(chosen)!r} is inside the installed hpu_nb package ({package}); choose a "
+                         f"directory of your own.")
     return path
 
 
@@ -93,7 +96,8 @@ def _read_measure_output(path: Path, missing: str) -> Any:
 def read_config(path: Path, expected_mode: str) -> dict:
     """Load and check a quantization config JSON; errors name the file and the field."""
     config = _read_measure_output(path, "fp8 quantization config {path} does not exist")
-    missing = [k for k in ("mode", "observer", "scale_method", "allowlist", "blocklist", "dump_stats_path") if k not in config]
+    missing = [k for k in ("mode", "observer", "scale_method", "allowlist", "blocklist", "dump_stats_path")
+               if k not in config]
     if missing:
         raise Fp8InferenceError(f"{path} lacks the field(s) {missing} of a Habana quantization config.")
     if str(config["mode"]).upper() != expected_mode:
@@ -109,7 +113,8 @@ def selected_modules(model: torch.nn.Module, config: Mapping[str, Any]) -> dict[
     """Modules the allowlist admits and the blocklist does not, by qualified name."""
     allow, block = config.get("allowlist", {}), config.get("blocklist", {})
     allow_types = set(allow.get("types") or SUPPORTED_TYPES)
-    allow_names, block_types, block_names = set(allow.get("names") or ()), set(block.get("types") or ()), set(block.get("names") or ())
+    allow_names = set(allow.get("names") or ())
+    block_types, block_names = set(block.get("types") or ()), set(block.get("names") or ())
     chosen = {}
     for name, module in model.named_modules():
         kind = type(module).__name__
@@ -152,10 +157,12 @@ def start_measurement(model: torch.nn.Module, data_path: Path, config: dict) -> 
     global _measured_in_this_process
     unsupported = _unsupported(model, config)
     if unsupported:
-        raise Fp8InferenceError(f"The emulated Gaudi measures only {SUPPORTED_TYPES} modules; allowlist types {unsupported} are not supported.")
+        raise Fp8InferenceError(f"The emulated Gaudi measures only {SUPPORTED_TYPES} modules; allowlist types "
+                                f"{unsupported} are not supported.")
     modules = selected_modules(model, config)
     if not modules:
-        raise Fp8InferenceError(f"No module of {type(model).__name__} matches the allowlist {config['allowlist']} (blocklist {config['blocklist']}).")
+        raise Fp8InferenceError(f"No module of {type(model).__name__} matches the allowlist {config['allowlist']} "
+                                f"(blocklist {config['blocklist']}).")
     state = Fp8InferenceState("measure", "emulated", data_path, config)
     for name, module in modules.items():
         state.types[name] = type(module).__name__
@@ -216,7 +223,8 @@ def write_measurements(state: Fp8InferenceState) -> Path:
 def read_measurements(path: Path) -> dict:
     document = _read_measure_output(path, "fp8 measurements {path} do not exist")
     if document.get("Mode") != "DynamicRange" or not isinstance(document.get("Nodes"), dict):
-        raise Fp8InferenceError(f"{path} is not a max-abs measurement file (expected 'Mode': 'DynamicRange' and 'Nodes').")
+        raise Fp8InferenceError(f"{path} is not a max-abs measurement file (expected 'Mode': 'DynamicRange' and "
+                                f"'Nodes').")
     for name, node in document["Nodes"].items():
         try:
             float(node["inputs"][0]), float(node["params"]["weight"]), list(node["shape"])
@@ -237,7 +245,8 @@ class Fp8QuantLinear(torch.nn.Module):
         weight = linear.weight.detach()
         one = torch.ones((), device=weight.device)
         w_scale = one if unit else scale_from_amax(amax(weight), FP8_DTYPE, power_of_two=pow2)
-        in_scale = one if unit else scale_from_amax(torch.tensor(input_amax, device=weight.device), FP8_DTYPE, power_of_two=pow2)
+        in_scale = one if unit else scale_from_amax(torch.tensor(input_amax, device=weight.device), FP8_DTYPE,
+                                                    power_of_two=pow2)
         self.register_buffer("weight_fp8", quantize(weight, w_scale, FP8_DTYPE))
         self.register_buffer("weight_scale", w_scale)
         self.register_buffer("input_scale", in_scale)
@@ -245,16 +254,20 @@ class Fp8QuantLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, x.shape[-1])
-        out = scaled_mm(quantize(x2, self.input_scale, FP8_DTYPE), self.weight_fp8.t(), self.input_scale, self.weight_scale, torch.float32)
+        out = scaled_mm(quantize(x2, self.input_scale, FP8_DTYPE), self.weight_fp8.t(), self.input_scale,
+                        self.weight_scale, torch.float32)
         if self.bias is not None:
             out = out + self.bias.detach().float()
         return out.to(OUT_DTYPE).reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, fp8=e4m3fn, scale_method={self.scale_method}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, fp8=e4m3fn, "
+                f"scale_method={self.scale_method}")
 
 
-def check_against_stats(model: torch.nn.Module, config: Mapping[str, Any], document: dict, path: Path) -> dict[str, torch.nn.Module]:
+def check_against_stats(
+    model: torch.nn.Module, config: Mapping[str, Any], document: dict, path: Path
+) -> dict[str, torch.nn.Module]:
     """The selected modules, after checking they are exactly those measured (names, types, shapes, weights)."""
     modules = selected_modules(model, config)
     nodes = document["Nodes"]
@@ -274,7 +287,8 @@ def check_against_stats(model: torch.nn.Module, config: Mapping[str, Any], docum
             continue
         measured, now = float(node["params"]["weight"]), float(amax(module.weight))
         if abs(now - measured) > WEIGHT_TOLERANCE * max(measured, 1e-12):
-            problems.append(f"{name!r} weights changed since measuring (max |w| {now:.4g} now, {measured:.4g} measured)")
+            problems.append(f"{name!r} weights changed since measuring (max |w| {now:.4g} now, {measured:.4g} "
+                            f"measured)")
     if problems:
         raise Fp8InferenceError(f"The model does not match the fp8 measurements in {path}:\n  " + "\n  ".join(problems))
     return {name: modules[name] for name in nodes}
@@ -293,7 +307,8 @@ def quantize_model(model: torch.nn.Module, data_path: Path, config: dict) -> Fp8
         raise Fp8InferenceError(f"{path} was written by this process; quantize in a fresh process.")
     unsupported = _unsupported(model, config)
     if unsupported:
-        raise Fp8InferenceError(f"The emulated Gaudi quantizes only {SUPPORTED_TYPES} modules; allowlist types {unsupported} are not supported.")
+        raise Fp8InferenceError(f"The emulated Gaudi quantizes only {SUPPORTED_TYPES} modules; allowlist types "
+                                f"{unsupported} are not supported.")
     modules = check_against_stats(model, config, document, path)
     for name, module in modules.items():
         replacement = Fp8QuantLinear(module, float(document["Nodes"][name]["inputs"][0]), config["scale_method"])
@@ -308,7 +323,9 @@ def _set_submodule(model: torch.nn.Module, name: str, new: torch.nn.Module) -> N
 
 
 # -- entry points ---------------------------------------------------------------------------------------------------
-def prepare_inference(model: torch.nn.Module, quant: bool, fp8_data_path: Optional[str], gaudi: bool) -> torch.nn.Module:
+def prepare_inference(
+    model: torch.nn.Module, quant: bool, fp8_data_path: Optional[str], gaudi: bool
+) -> torch.nn.Module:
     """Set `model` up to measure (quant=False) or to run quantized (quant=True); returns the model to use."""
     global _measured_in_this_process
     path = data_dir(fp8_data_path)
@@ -333,10 +350,12 @@ def prepare_inference(model: torch.nn.Module, quant: bool, fp8_data_path: Option
     from hpu_nb.runtime import habana_fp8
 
     if quant and _measured_in_this_process:
-        raise Fp8InferenceError("fp8 measurement and quantization cannot run in one process: restart and quantize there.")
+        raise Fp8InferenceError("fp8 measurement and quantization cannot run in one process: restart and quantize "
+                                "there.")
     tool = habana_fp8.inference_toolkit()
     if not tool:
-        raise ImportError("fp8 inference on a Gaudi needs Intel Neural Compressor (neural-compressor) or habana-quantization-toolkit.")
+        raise ImportError("fp8 inference on a Gaudi needs Intel Neural Compressor (neural-compressor) or "
+                          "habana-quantization-toolkit.")
     if tool == "inc":
         model = habana_fp8.inc_convert(model, config) if quant else habana_fp8.inc_prepare(model, config)
     else:

@@ -47,7 +47,9 @@ class _Fp8Matmul(torch.autograd.Function):
     """y = x W^T + b with fp8 operands; the backward pass quantises the gradient too (it is where E5M2 is used)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear") -> torch.Tensor:
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear"
+    ) -> torch.Tensor:
         recipe = layer.recipe
         fwd = recipe.fp8_format.forward_dtype
         x2 = x.reshape(-1, x.shape[-1])

@@ -12,7 +12,10 @@ import math
 
 import torch
 
-FP8_MAX = {torch.float8_e4m3fn: torch.finfo(torch.float8_e4m3fn).max, torch.float8_e5m2: torch.finfo(torch.float8_e5m2).max}
+FP8_MAX = {
+    torch.float8_e4m3fn: torch.finfo(torch.float8_e4m3fn).max,
+    torch.float8_e5m2: torch.finfo(torch.float8_e5m2).max,
+}
 
 
 def fp8_max(dtype: torch.dtype) -> float:
@@ -27,11 +30,14 @@ def amax(x: torch.Tensor) -> torch.Tensor:
     return x.detach().abs().amax().float()
 
 
-def scale_from_amax(amax_value: torch.Tensor, dtype: torch.dtype, margin: int = 0, power_of_two: bool = False) -> torch.Tensor:
+def scale_from_amax(
+    amax_value: torch.Tensor, dtype: torch.dtype, margin: int = 0, power_of_two: bool = False
+) -> torch.Tensor:
     """fp8_max / amax / 2**margin (1 where amax is 0 or not finite); optionally rounded down to a power of two."""
     amax_value = amax_value.float()
     ok = torch.isfinite(amax_value) & (amax_value > 0)
-    scale = torch.where(ok, fp8_max(dtype) / amax_value.clamp(min=torch.finfo(torch.float32).tiny), torch.ones_like(amax_value))
+    scale = torch.where(ok, fp8_max(dtype) / amax_value.clamp(min=torch.finfo(torch.float32).tiny),
+                        torch.ones_like(amax_value))
     scale = scale / (2.0**margin)
     if power_of_two:
         scale = torch.exp2(torch.floor(torch.log2(scale)))

@@ -73,6 +73,7 @@ def as_recipe(recipe: Any) -> DelayedScaling:
         fmt = values.get("fp8_format")
         values["fp8_format"] = getattr(fmt, "name", fmt)
         if callable(values.get("amax_compute_algo")):
-            raise ValueError("A callable amax_compute_algo is not supported by the emulated fp8; use 'max' or 'most_recent'.")
+            raise ValueError("A callable amax_compute_algo is not supported by the emulated fp8; use 'max' or "
+                             "'most_recent'.")
         return DelayedScaling(**values)
     raise TypeError(f"fp8 recipe must be a DelayedScaling, a dict or None; got {type(recipe).__name__}.")

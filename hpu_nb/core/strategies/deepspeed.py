@@ -77,11 +77,13 @@ def validate_zero_config(config: dict[str, Any]) -> None:
     stage = zero.get("stage", 0)
     if isinstance(stage, bool) or stage not in ZERO_STAGES:
         raise MisconfigurationException(
-            f"DeepSpeed ZeRO stage {stage!r} does not exist: choose stage 0, 1, 2 or 3 (e.g. HPUDeepSpeedStrategy(stage=2))."
+            f"DeepSpeed ZeRO stage {stage!r} does not exist: choose stage 0, 1, 2 or 3 (e.g. "
+            f"HPUDeepSpeedStrategy(stage=2))."
         )
     if zero.get("offload_param") and stage != 3:
         raise MisconfigurationException(
-            f"Offloading parameters (offload_parameters=True / 'offload_param') needs ZeRO stage 3, but stage is {stage}."
+            f"Offloading parameters (offload_parameters=True / 'offload_param') needs ZeRO stage 3, but stage is "
+            f"{stage}."
             " Use stage=3, or offload only the optimizer (offload_optimizer=True) with stage 1 or 2."
         )
     if zero.get("offload_optimizer") and stage == 0:
@@ -126,7 +128,8 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             try:
                 config = json.loads(Path(config).read_text())
             except json.JSONDecodeError as err:
-                raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} is not valid JSON: {err}") from None
+                raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} is not valid JSON: "
+                                                f"{err}") from None
         if config is None and (offload_parameters and (not zero_optimization or stage != 3)):
             raise MisconfigurationException(
                 f"offload_parameters=True needs ZeRO stage 3 (got stage={stage}"
@@ -163,7 +166,8 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     def _adopt_config_precision(self) -> None:
         assert isinstance(self.config, dict)
         wanted = next(
-            (p for key, p in (("bf16", "bf16-mixed"), ("fp16", "16-mixed")) if (self.config.get(key) or {}).get("enabled")),
+            (p for key, p in (("bf16", "bf16-mixed"), ("fp16", "16-mixed"))
+             if (self.config.get(key) or {}).get("enabled")),
             None,
         )
         if wanted is not None and self.precision_plugin.precision == "32-true":

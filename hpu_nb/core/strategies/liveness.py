@@ -85,7 +85,8 @@ def is_communication_failure(err: BaseException, phase: str | None) -> bool:
 
     if isinstance(err, getattr(dist, "DistError", ())):
         return True
-    return phase in COLLECTIVE_PHASES and isinstance(err, RuntimeError) and bool(_COMMUNICATION_FAILURE.search(str(err)))
+    return (phase in COLLECTIVE_PHASES and isinstance(err, RuntimeError)
+            and bool(_COMMUNICATION_FAILURE.search(str(err))))
 
 
 class RankProgress:
@@ -190,7 +191,8 @@ class RankProgress:
         for rank in range(self.world_size):
             key = f"{KEY_PREFIX}{rank}"
             try:
-                out[rank] = json.loads(self._store.get(key)) if self._store is not None and self._store.check([key]) else None
+                known = self._store is not None and self._store.check([key])
+                out[rank] = json.loads(self._store.get(key)) if known else None
             except Exception:  # noqa: BLE001
                 out[rank] = None
         return out
@@ -218,7 +220,8 @@ class RankProgress:
                 culprits.append(f"rank {rank} sent no progress report (it never started, or ended early)")
             elif now - rep["reported_at"] > stale_after:
                 culprits.append(
-                    f"rank {rank} (pid {rep['pid']} on {rep['host']}) sent no report for {now - rep['reported_at']:.0f} s:"
+                    f"rank {rank} (pid {rep['pid']} on {rep['host']}) sent no report for"
+                    f" {now - rep['reported_at']:.0f} s:"
                     " it died or is frozen"
                 )
             elif rep["phase"] not in COLLECTIVE_PHASES:

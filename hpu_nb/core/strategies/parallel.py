@@ -97,7 +97,8 @@ def in_interactive_session() -> bool:
 def resolve_start_method(start_method: str | None) -> str:
     """None / "auto": fork in a notebook (Lightning requires it there), Lightning's script launcher elsewhere."""
     if start_method in (None, "auto"):
-        return "fork" if in_interactive_session() and "fork" in torch.multiprocessing.get_all_start_methods() else "popen"
+        forkable = "fork" in torch.multiprocessing.get_all_start_methods()
+        return "fork" if in_interactive_session() and forkable else "popen"
     if start_method not in START_METHODS:
         raise ValueError(f"start_method={start_method!r} is not one of: auto, {', '.join(START_METHODS)}.")
     return start_method
@@ -330,7 +331,8 @@ class HPUParallelMixin:
 
 
 class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
-    """DDP across Gaudi cards over HCCL (gloo on the emulated Gaudi), chosen for `Trainer(accelerator="hpu", devices>1)`.
+    """DDP across Gaudi cards over HCCL (gloo on the emulated Gaudi), chosen for
+    `Trainer(accelerator="hpu", devices>1)`.
 
     start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
     timeout: how long any collective waits for the other ranks before the run stops with a StuckRankError naming the

@@ -29,7 +29,8 @@ class SingleHPUStrategy(HPUStepsMixin, SingleDeviceStrategy):
         # "hpu" (what Gaudi users write) means this process's card, hpu:0.
         if device is None or str(device) == "hpu":
             device = get_backend().root_device()
-        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
+        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io,
+                         precision_plugin=precision_plugin)
 
     @classmethod
     def register_strategies(cls, strategy_registry: Any) -> None:

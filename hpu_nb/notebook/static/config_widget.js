@@ -4,7 +4,7 @@
 const KEYWORDS = new Set(["import", "from", "as", "def", "class", "with", "return", "True", "False", "None"]);
 
 function highlight(code, pre) {
-  // tokens: comments, strings, names, everything else; built with DOM nodes (no innerHTML)
+  // tokens: comments, strings, names, everything else; built with DOM nodes and text, never parsed as markup
   const re = /(#[^\n]*)|("(?:[^"\\\n]|\\.)*")|([A-Za-z_][A-Za-z0-9_]*)|([^#"A-Za-z_]+)/g;
   let m;
   while ((m = re.exec(code)) !== null) {
@@ -79,6 +79,7 @@ function render({ model, el }) {
     for (const issue of list) {
       const li = document.createElement("li");
       li.className = `hpu-cfg-issue hpu-cfg-${issue.level}`;
+      li.setAttribute("data-field", issue.field);
       li.textContent = `${issue.level === "error" ? "✖" : "⚠"} ${issue.field}: ${issue.message}`;
       issues.appendChild(li);
     }

@@ -1,7 +1,8 @@
 // hpu_nb trace viewer: draws what Python sends for the current view (see hpu_nb/traces/lod.py).
 // Every name from the trace goes into the page through textContent or canvas fillText, never as markup.
 
-const LABEL_W = 170;
+const LABEL_MIN = 120;
+const LABEL_MAX = 320;
 const ROW_H = 16;
 const AXIS_H = 20;
 const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#e15759", "#bab0ac"];
@@ -73,17 +74,29 @@ function render({ model, el: root }) {
   const body = el("div", "hpu-trace-body");
   const scroller = el("div", "hpu-trace-scroll");
   const canvas = el("canvas", "hpu-trace-canvas");
-  const tip = el("div", "hpu-trace-tip");
-  scroller.append(canvas, tip);
+  const tip = el("div", "hpu-trace-tip"); // in the root, not the scroller: never clipped by the scroll box
+  scroller.append(canvas);
   const side = el("div", "hpu-trace-side");
   const matches = el("div", "hpu-trace-matches");
   const table = el("table", "hpu-trace-ops");
   side.append(matches, table);
   body.append(scroller, side);
 
-  const details = el("pre", "hpu-trace-details");
+  const details = el("div", "hpu-trace-details");
   const error = el("div", "hpu-trace-error");
-  root.append(head, bar, body, details, error);
+  root.append(head, bar, body, details, error, tip);
+
+  let LABEL_W = LABEL_MIN;
+  function measureLabels() {
+    // the label column is as wide as the longest track label (within bounds); longer ones get a tooltip
+    const ctx = canvas.getContext("2d");
+    ctx.font = "10px sans-serif";
+    let widest = 0;
+    for (const r of model.get("rows") || []) widest = Math.max(widest, ctx.measureText(r.label).width);
+    LABEL_W = Math.round(Math.min(LABEL_MAX, Math.max(LABEL_MIN, widest + 12)));
+    root.setAttribute("data-label-w", String(LABEL_W));
+  }
+  measureLabels();
 
   let data = unpack(model);
   let view = (model.get("view") || [0, model.get("duration")]).slice();
@@ -103,11 +116,28 @@ function render({ model, el: root }) {
     }, 80);
   }
 
+  function hideTip() {
+    tip.style.display = "none";
+  }
+
+  // the step picker shows a step only while the view is that step's window; any other view is "all steps"
+  let stepView = null;
+  function syncStepPicker() {
+    const same = stepView && Math.abs(stepView[0] - view[0]) < 1 && Math.abs(stepView[1] - view[1]) < 1;
+    if (!same) {
+      stepView = null;
+      stepSel.value = "-1";
+    }
+    root.setAttribute("data-step", stepSel.value);
+  }
+
   function setView(t0, t1) {
     const dur = model.get("duration");
     let w = Math.max(MIN_WINDOW_NS, Math.min(t1 - t0, dur));
     t0 = Math.max(0, Math.min(t0, dur - w));
     view = [t0, t0 + w];
+    hideTip();
+    syncStepPicker();
     draw();
     sendView();
   }
@@ -215,7 +245,7 @@ function render({ model, el: root }) {
       const xb = Math.max(toX(d.x1[i], d.meta, w), xa + 1);
       if (x >= xa - 1 && x <= xb + 1) best = i;
     }
-    return { i: best, x, w };
+    return { i: best, x, y, w };
   }
 
   function timeAt(x, w) {
@@ -246,20 +276,31 @@ function render({ model, el: root }) {
       }
       return;
     }
-    if (ev.target !== canvas) return;
+    if (ev.target !== canvas) return hideTip();
     const h = hit(ev);
-    if (h.i < 0) {
-      tip.style.display = "none";
-      return;
+    let text = null;
+    if (h.x < LABEL_W) {
+      const rows = model.get("rows") || [];
+      const r = rows[Math.floor((h.y - AXIS_H) / ROW_H)];
+      if (r) text = `${r.label} (depth ${r.depth}, ${r.kind})`;
+    } else if (h.i >= 0) {
+      const d = data;
+      const names = d.meta.names || {};
+      const nm = d.name[h.i] >= 0 ? names[d.name[h.i]] || "" : "";
+      const span = ((d.x1[h.i] - d.x0[h.i]) * (d.meta.t1 - d.meta.t0)) / d.meta.width;
+      text = d.flags[h.i] & 1 ? `${d.ref[h.i]} spans merged (longest: ${nm}); click to zoom in`
+        : `${nm}: ${fmtNs(span)} in view; click for details`;
     }
-    const d = data;
-    const names = d.meta.names || {};
-    const nm = d.name[h.i] >= 0 ? names[d.name[h.i]] || "" : "";
-    const span = ((d.x1[h.i] - d.x0[h.i]) * (d.meta.t1 - d.meta.t0)) / d.meta.width;
-    tip.textContent = d.flags[h.i] & 1 ? `${d.ref[h.i]} spans merged (longest: ${nm})` : `${nm} (${fmtNs(span)} in view)`;
+    if (text === null) return hideTip();
+    tip.textContent = text;
     tip.style.display = "block";
-    tip.style.left = Math.min(h.x + 10, LABEL_W + h.w - 150) + "px";
-    tip.style.top = (ev.clientY - canvas.getBoundingClientRect().top + 12) + "px";
+    // placed in the widget's own box, flipped to the left near the right edge
+    const rootBox = root.getBoundingClientRect();
+    const tipW = tip.offsetWidth;
+    let left = ev.clientX - rootBox.left + 12;
+    if (left + tipW > rootBox.width) left = Math.max(0, ev.clientX - rootBox.left - tipW - 12);
+    tip.style.left = left + "px";
+    tip.style.top = (ev.clientY - rootBox.top + 14) + "px";
   }
   function onUp(ev) {
     if (!drag) return;
@@ -284,6 +325,8 @@ function render({ model, el: root }) {
   }
   window.addEventListener("mousemove", onMove);
   window.addEventListener("mouseup", onUp);
+  canvas.addEventListener("mouseleave", hideTip);
+  scroller.addEventListener("scroll", hideTip);
 
   reset.addEventListener("click", () => setView(0, model.get("duration")));
 
@@ -302,9 +345,13 @@ function render({ model, el: root }) {
     const k = Number(stepSel.value);
     const steps = model.get("steps") || [];
     if (k < 0 || !steps[k]) return setView(0, model.get("duration"));
-    const [_, a, b] = steps[k];
+    const [, a, b] = steps[k];
     const pad = (b - a) * 0.02;
-    setView(a - pad, b + pad);
+    const dur = model.get("duration");
+    const w = Math.max(MIN_WINDOW_NS, Math.min(b - a + 2 * pad, dur));
+    const t0 = Math.max(0, Math.min(a - pad, dur - w));
+    stepView = [t0, t0 + w];
+    setView(stepView[0], stepView[1]);
   });
 
   let searchTimer = null;
@@ -330,7 +377,9 @@ function render({ model, el: root }) {
     (model.get("ops") || []).forEach(([name, calls, total, self]) => {
       const tr = el("tr");
       tr.title = "search for this op";
-      tr.append(el("td", "hpu-trace-name", name), el("td", "", String(calls)), el("td", "", fmtNs(total)), el("td", "", fmtNs(self)));
+      const cell = el("td", "hpu-trace-name", name);
+      cell.title = name; // the whole (server-bounded) name when the column cuts it
+      tr.append(cell, el("td", "", String(calls)), el("td", "", fmtNs(total)), el("td", "", fmtNs(self)));
       tr.addEventListener("click", () => useQuery(name));
       table.append(tr);
     });
@@ -350,7 +399,18 @@ function render({ model, el: root }) {
 
   function fillDetails() {
     const d = model.get("details") || {};
-    details.textContent = Object.keys(d).length ? JSON.stringify(d, null, 1) : "click a span for its details";
+    details.replaceChildren();
+    if (!d.rows) {
+      details.append(el("div", "hpu-trace-hint", "click a span for its details"));
+      return;
+    }
+    const t = el("table", "hpu-trace-detail-table");
+    for (const [label, value] of d.rows) {
+      const tr = el("tr");
+      tr.append(el("th", "", label), el("td", "", value));
+      t.append(tr);
+    }
+    details.append(t);
   }
 
   function fillHead() {
@@ -373,7 +433,11 @@ function render({ model, el: root }) {
   model.on("change:details", fillDetails);
   model.on("change:error", fillHead);
   model.on("change:steps", fillSteps);
-  model.on("change:rows", draw);
+  model.on("change:rows", () => {
+    measureLabels();
+    draw();
+  });
+  model.on("change:payload_meta", hideTip);
 
   fillHead();
   fillSteps();

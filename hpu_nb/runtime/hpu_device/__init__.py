@@ -73,7 +73,9 @@ def config_from_environment(
     """The card described by the arguments, else by HPU_NB_DEVICE / HPU_NB_MEMORY_LIMIT / HPU_NB_DEVICE_COUNT."""
     key = (generation or os.environ.get("HPU_NB_DEVICE") or DEFAULT_GENERATION).strip().lower()
     if key not in GENERATIONS:
-        raise ValueError(f"HPU_NB_DEVICE={key!r} is not an emulated generation; choose one of: {', '.join(GENERATIONS)}.")
+        raise ValueError(
+            f"HPU_NB_DEVICE={key!r} is not an emulated generation; choose one of: {', '.join(GENERATIONS)}."
+        )
     gen = GENERATIONS[key]
     limit_text = memory_limit if memory_limit is not None else os.environ.get("HPU_NB_MEMORY_LIMIT")
     if limit_text is None:

@@ -74,7 +74,9 @@ class AutocastLists:
         return {name: policy for name in sorted(names) if (policy := self.policy(name)) is not None}
 
 
-def read_list_file(env_name: str, default: frozenset[str], environ: dict[str, str] | None = None) -> tuple[frozenset[str], str]:
+def read_list_file(
+    env_name: str, default: frozenset[str], environ: dict[str, str] | None = None
+) -> tuple[frozenset[str], str]:
     """(ops, source) for one list: the named file's lines, verbatim, or the default list when unset/unreadable."""
     environ = os.environ if environ is None else environ
     path = environ.get(env_name)

@@ -17,7 +17,8 @@ _library: Optional[torch.library.Library] = None
 def _adamw(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
            exp_avg_sqs: Sequence[torch.Tensor], neg_step: torch.Tensor, beta1: float, beta2: float, epsilon: float,
            weight_decay: Union[torch.Tensor, float, None]) -> None:
-    """One AdamW step in place: moments, decoupled weight decay (a multiplier), then weight += neg_step * m / (sqrt(v) + eps)."""
+    """One AdamW step in place: moments, decoupled weight decay (a multiplier), then
+    weight += neg_step * m / (sqrt(v) + eps)."""
     if not weights:
         raise RuntimeError("optimizer_adamw : can not process empty weight vector")
     with torch.no_grad():

@@ -1,4 +1,5 @@
-"""Fake habana_frameworks.torch: importing it swaps torch.profiler.ProfilerActivity for a Python Enum, like the real one."""
+"""Fake habana_frameworks.torch: importing it swaps torch.profiler.ProfilerActivity for a Python Enum, like the real
+one."""
 
 import enum
 

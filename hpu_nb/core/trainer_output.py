@@ -1,0 +1,72 @@
+"""What an HPU Trainer prints when it is built: one line naming the HPU backend, not Lightning's GPU / TPU lines.
+
+Lightning's Trainer logs "GPU available: ..." and "TPU available: ..." (then advertising tips) from
+`lightning.pytorch.trainer.setup._log_device_info` while it is constructed. For a Trainer on HPU those lines say
+nothing useful, and nothing says which HPU backend runs until `fit`: `install()` wraps that function so an HPU Trainer
+logs one line instead, at construction (saying plainly when the Gaudi is emulated); the tips that follow and the
+accelerator's "HPU available" line at `fit` (the same fact again) are left out. Other Trainers are untouched.
+Lightning 2.6 with torch 2.13 also warns "`isinstance(treespec, LeafSpec)` is deprecated" from its own _pytree on
+every fit: nothing a user can act on, so that one message is ignored. The wrap is idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import warnings
+from typing import Any
+
+RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
+DROPPED_PREFIXES = ("💡 Tip:", "HPU available:")  # while an HPU Trainer is built and runs
+_state = threading.local()
+
+
+def hpu_device_line(trainer: Any) -> str:
+    """`HPU: using 2 of 8 x GAUDI2 (emulated Gaudi on the CPU)`."""
+    from hpu_nb.runtime import get_backend
+
+    backend = get_backend()
+    kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
+    return f"HPU: using {trainer.num_devices} of {backend.device_count()} x {backend.device_name()} ({kind})"
+
+
+class HPUTrainerNoiseFilter(logging.Filter):
+    """After an HPU Trainer's device line (until a non-HPU Trainer is built): drops tips and the repeated HPU line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(_state, "hpu_trainer", False) and str(record.msg).startswith(DROPPED_PREFIXES))
+
+
+def install() -> bool:
+    """Wrap Lightning's `_log_device_info` (once). Returns False when this Lightning has no such function."""
+    from lightning.pytorch.trainer import setup as trainer_setup
+
+    original = getattr(trainer_setup, "_log_device_info", None)
+    if original is None:
+        return False
+    # (re)applied on every call: a warnings.catch_warnings block around an earlier call may have dropped it
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
+    if getattr(original, "_hpu_nb_wrapped", False):
+        return True
+
+    @functools.wraps(original)
+    def _log_device_info(trainer: Any) -> None:
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+        from hpu_nb.core.selection import is_hpu_accelerator
+
+        _state.hpu_trainer = False
+        if not is_hpu_accelerator(trainer.accelerator):
+            return original(trainer)
+        rank_zero_info(hpu_device_line(trainer))
+        _state.hpu_trainer = True
+        return None
+
+    _log_device_info._hpu_nb_wrapped = True  # type: ignore[attr-defined]
+    trainer_setup._log_device_info = _log_device_info
+    logger = logging.getLogger(RANK_ZERO_LOGGER)
+    if not any(isinstance(f, HPUTrainerNoiseFilter) for f in logger.filters):
+        logger.addFilter(HPUTrainerNoiseFilter())
+    return True

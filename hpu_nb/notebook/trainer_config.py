@@ -1,0 +1,566 @@
+"""A Trainer configuration for HPU as plain data: validation, a plan of calls, `build()` and the equivalent `code`.
+
+This is the model behind TrainerConfigWidget, kept free of widgets so it can be tested (and used) on its own. It
+lives in the notebook layer because what it builds includes notebook objects (MemoryMonitor).
+
+The Trainer is described once, as a `Plan`: a few statements (`plugin = HPUPrecisionPlugin(...)`,
+`model = plugin.convert_modules(model, ...)`, `trainer = L.Trainer(...)`). `code` renders the plan as Python and
+`build()` evaluates the same plan, so the two cannot drift apart. Which fields matter depends on the others
+(`relevant()`): a field that does not matter is ignored, never an error, so the form never shows an error that
+names a control it has disabled.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Union
+
+from hpu_nb.runtime import get_backend
+
+ACCELERATORS = ("hpu", "HPUAccelerator()")
+STRATEGIES = ("auto", "single", "parallel", "ddp", "deepspeed", "fsdp")
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8", "fp8-measure", "fp8-quantize")
+AUTOCAST_STYLES = ("plugin", "context", "decorator")
+DEEPSPEED_STAGES = (0, 1, 2, 3)
+
+STRATEGY_LABELS = {
+    "auto": "auto (single for 1 device, parallel for more)",
+    "single": "single device (hpu_single)",
+    "parallel": "parallel / DDP over HCCL (hpu_parallel)",
+    "ddp": "DDP (hpu_ddp)",
+    "deepspeed": "DeepSpeed ZeRO (HPUDeepSpeedStrategy)",
+    "fsdp": "FSDP (HPUFSDPStrategy)",
+}
+PRECISION_LABELS = {
+    "32-true": "32-true (fp32)",
+    "bf16-mixed": "bf16-mixed",
+    "16-mixed": "16-mixed (fp16, Gaudi2+)",
+    "fp8": "fp8 training (Gaudi2+)",
+    "fp8-measure": "fp8 inference: 1. measure",
+    "fp8-quantize": "fp8 inference: 2. quantize",
+}
+AUTOCAST_LABELS = {"plugin": "precision plugin", "context": "with torch.autocast", "decorator": "@torch.autocast"}
+STRING_STRATEGIES = {"single": "hpu_single", "parallel": "hpu_parallel", "ddp": "hpu_ddp"}
+MIXED = ("bf16-mixed", "16-mixed")
+FP8 = ("fp8", "fp8-measure", "fp8-quantize")
+FP8_INFERENCE = ("fp8-measure", "fp8-quantize")
+SETS_ITSELF = ("accelerator", "devices", "strategy", "precision", "plugins", "profiler", "callbacks")
+
+OpList = Union[Sequence[str], str, None]  # op names, or the path of a LOWER_LIST-style file
+
+# where each name the generated code uses comes from
+IMPORTS = {
+    "L": "import lightning as L",
+    "DeepSpeedCPUAdam": "from deepspeed.ops.adam import DeepSpeedCPUAdam",
+}
+HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedStrategy", "HPUFSDPStrategy", "HPUPrecisionPlugin", "HPUProfiler",
+                "MemoryMonitor")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One validation finding, shown next to the field it concerns."""
+
+    level: str  # "error" or "warning"
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.field}: {self.message}"
+
+
+class InvalidConfigError(ValueError):
+    """The configuration has errors; the message lists each one."""
+
+
+# -- the plan: what both `code` and `build()` come from ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Ref:
+    """A name in the generated code's namespace (`model`, `plugin`) or a dotted attribute of one."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """`func(*args, **kwargs)`; func is a public name (`L.Trainer`, `HPUPrecisionPlugin`) or a Ref's attribute."""
+
+    func: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Lambda:
+    """`lambda: body` (the optimizer ZeRO-Offload needs, as the model's configure_optimizers)."""
+
+    body: Call
+
+
+@dataclass(frozen=True)
+class Statement:
+    target: str  # "plugin", "model", "trainer", "model.configure_optimizers"
+    value: Any
+    comments: tuple[str, ...] = ()  # lines above the statement
+    note: str = ""  # a comment at the end of the line
+
+
+Plan = list[Statement]
+
+
+@dataclass
+class TrainerConfig:
+    """The choices of a Trainer on HPU. Every field has a safe default; `issues()` says what is wrong."""
+
+    accelerator: str = "hpu"
+    devices: int = 1
+    strategy: str = "auto"
+    deepspeed_stage: int = 2
+    offload_optimizer: bool = False
+    precision: str = "32-true"
+    autocast: str = "plugin"
+    lower_list: OpList = None  # ops forced to bf16 / fp16 under autocast
+    fp32_list: OpList = None  # ops kept in fp32 under autocast
+    fp8_data_path: str = "fp8_data"
+    profiler: bool = False
+    monitor: bool = False
+    offload_lr: float = 1e-3  # learning rate of DeepSpeedCPUAdam, the optimizer ZeRO-Offload needs
+    extra: dict[str, Any] = field(default_factory=dict)  # more Trainer arguments, e.g. {"max_epochs": 3}
+
+    # -- which fields matter ----------------------------------------------------------------------------------
+    def relevant(self, name: str) -> bool:
+        """Does `name` matter for the current choices? A field that does not is ignored (and its control disabled)."""
+        if name == "deepspeed_stage":
+            return self.strategy == "deepspeed"
+        if name in ("offload_optimizer", "offload_lr"):
+            return self.strategy == "deepspeed" and self.deepspeed_stage in (1, 2, 3) and (
+                name == "offload_optimizer" or self.offload_optimizer)
+        if name == "autocast":
+            return self.precision in MIXED
+        if name in ("lower_list", "fp32_list"):
+            return self.precision in MIXED and self.autocast == "plugin" and self.strategy not in ("deepspeed", "fsdp")
+        if name == "fp8_data_path":
+            return self.precision in FP8_INFERENCE
+        return True
+
+    @property
+    def offloads(self) -> bool:
+        return self.relevant("offload_lr")
+
+    @property
+    def op_lists(self) -> bool:
+        return self.relevant("lower_list") and bool(self.lower_list or self.fp32_list)
+
+    # -- validation ---------------------------------------------------------------------------------------------
+    def issues(self) -> list[Issue]:
+        """Every error and warning for the current choices (cheap: runs on each click). Errors name relevant fields."""
+        out: list[Issue] = []
+
+        def err(name: str, message: str) -> None:
+            out.append(Issue("error", name, message))
+
+        def warn(name: str, message: str) -> None:
+            out.append(Issue("warning", name, message))
+
+        for name, choices in (("accelerator", ACCELERATORS), ("strategy", STRATEGIES), ("precision", PRECISIONS),
+                              ("autocast", AUTOCAST_STYLES)):
+            if getattr(self, name) not in choices:
+                err(name, f"{getattr(self, name)!r} is not one of: {', '.join(map(repr, choices))}.")
+        if self.deepspeed_stage not in DEEPSPEED_STAGES:
+            err("deepspeed_stage", f"DeepSpeed ZeRO has stages 0, 1, 2 and 3, not {self.deepspeed_stage!r}.")
+        if out:
+            return out
+        backend = get_backend()
+        gen = backend.generation()
+        self._check_devices(backend, err)
+        self._check_strategy(backend, gen, err, warn)
+        self._check_precision(gen, err, warn)
+        self._check_op_lists(err, warn)
+        for key in self.extra:
+            if key in SETS_ITSELF:
+                err("extra", f"{key!r} is set by the form; remove it from extra.")
+        return out
+
+    def _check_devices(self, backend: Any, err: Any) -> None:
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            err("devices", f"devices must be a whole number >= 1, got {self.devices!r}.")
+            return
+        available = backend.device_count()
+        if self.devices > available:
+            hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
+            err("devices", f"{self.devices} devices asked for, but only {available} are available "
+                           f"({backend.describe()}).{hint}")
+
+    def _check_strategy(self, backend: Any, gen: Any, err: Any, warn: Any) -> None:
+        devices = self.devices if isinstance(self.devices, int) else 1
+        if self.strategy == "single" and devices > 1:
+            err("strategy", f"the single-device strategy runs on one HPU; choose parallel / DDP for {devices} devices.")
+        if self.strategy in ("parallel", "ddp", "deepspeed", "fsdp") and devices == 1:
+            warn("strategy", "one device: this strategy runs a single process; 'single' does the same with less "
+                             "set-up.")
+        if self.strategy == "deepspeed":
+            if importlib.util.find_spec("deepspeed") is None:
+                err("strategy", "DeepSpeed is not installed: pip install 'hpu_nb[deepspeed]' (on a Gaudi, Habana's "
+                                "DeepSpeed fork).")
+            elif self.trainer_precision == "16-mixed" and not _deepspeed_supports_fp16():
+                err("precision", "16-mixed with DeepSpeed: this DeepSpeed's accelerator has no fp16 "
+                                 f"({_deepspeed_accelerator_name()}); choose bf16-mixed.")
+            if self.deepspeed_stage == 3 and gen.key == "gaudi2":
+                warn("deepspeed_stage", "ZeRO-3 on Gaudi2 needs SynapseAI 1.19 or newer.")
+            if self.offloads:
+                warn("offload_optimizer", "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own "
+                                          "DeepSpeedCPUAdam (it refuses a torch optimizer): the code replaces your "
+                                          f"model's optimizer by DeepSpeedCPUAdam(lr={self.offload_lr:g}). Its C++ "
+                                          "op compiles on first use (about 2 minutes; cached afterwards).")
+        if self.strategy == "fsdp" and backend.is_lazy():
+            err("strategy", "FSDP runs in eager mode only: set PT_HPU_LAZY_MODE=0 in the environment before Python "
+                            "starts (for a notebook: in the kernel's environment), then restart the kernel.")
+        if self.monitor and devices > 1:
+            warn("monitor", "with several devices the chart shows every rank's memory as it reaches rank 0 at the "
+                            "end of each logged step; the live counters are rank 0's.")
+
+    def _check_precision(self, gen: Any, err: Any, warn: Any) -> None:
+        if self.precision == "16-mixed" and not gen.supports_fp16:
+            err("precision", f"fp16 is not supported on {gen.device_name}: it needs Gaudi2 or newer. Use bf16-mixed.")
+        if self.precision in FP8:
+            if not gen.supports_fp8:
+                err("precision", f"fp8 is not supported on {gen.device_name}: it needs Gaudi2 or newer.")
+            if self.strategy in ("deepspeed", "fsdp"):
+                err("precision", f"fp8 is not available with the {self.strategy} strategy here; use single or "
+                                 "parallel / DDP.")
+            if self.precision in FP8_INFERENCE and not str(self.fp8_data_path).strip():
+                err("fp8_data_path", "fp8 inference needs a directory for the measurements.")
+            if self.precision == "fp8-quantize" and (self.strategy not in ("auto", "single") or self.devices != 1):
+                err("precision", "quantized fp8 inference runs on one device: DDP would broadcast the fp8 weights, "
+                                 "which its collectives cannot carry. Choose 1 device and strategy auto or single.")
+            if self.precision == "fp8-quantize":
+                warn("precision", "quantize after measuring, in a new process (restart the kernel after the "
+                                  f"measurement run); the measurements are read from {self.fp8_data_path!r}.")
+        if self.relevant("autocast") and self.autocast != "plugin" and self.strategy in ("deepspeed", "fsdp"):
+            warn("autocast", f"{self.strategy} manages precision itself; autocast in your own code is on top of it.")
+
+    def _check_op_lists(self, err: Any, warn: Any) -> None:
+        if not (self.lower_list or self.fp32_list):
+            return
+        if not self.relevant("lower_list"):
+            why = ("they act through HPUPrecisionPlugin's bf16-mixed / 16-mixed autocast" if self.precision in MIXED
+                   and self.strategy not in ("deepspeed", "fsdp") else
+                   f"the {self.strategy} precision plugin takes none" if self.precision in MIXED else
+                   "they act on bf16-mixed / 16-mixed only")
+            field_name = "autocast" if self.precision in MIXED and self.autocast != "plugin" else (
+                "strategy" if self.precision in MIXED else "precision")
+            warn(field_name, f"the op lists are not used with these choices ({why}).")
+            return
+        from hpu_nb.core.oplists import load_op_lists
+
+        try:
+            load_op_lists(self.lower_list or None, self.fp32_list or None)
+        except (ValueError, OSError) as problem:
+            err("lower_list", str(problem))
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues() if i.level == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues() if i.level == "warning"]
+
+    def check(self) -> None:
+        """Raise InvalidConfigError listing every error (warnings do not raise)."""
+        errors = self.errors
+        if errors:
+            raise InvalidConfigError("The Trainer configuration has errors:\n  " + "\n  ".join(map(str, errors)))
+
+    # -- what it means ------------------------------------------------------------------------------------------
+    @property
+    def needs_model(self) -> bool:
+        """fp8 converts the model, ZeRO-Offload gives it DeepSpeed's optimizer: the code then uses your `model`."""
+        return self.precision in FP8 or self.offloads
+
+    @property
+    def uses_plugin(self) -> bool:
+        return self.precision in FP8 or self.op_lists
+
+    @property
+    def trainer_precision(self) -> str | None:
+        """The Trainer's `precision=` (None when a plugin instance carries it)."""
+        if self.uses_plugin:
+            return None
+        if self.precision in MIXED and self.autocast != "plugin":
+            return "32-true"  # autocast happens in the user's own code
+        return self.precision
+
+    def plan(self) -> Plan:
+        """The statements that make the Trainer (and, for fp8 / ZeRO-Offload, prepare `model`)."""
+        steps: Plan = []
+        if self.uses_plugin:
+            kwargs: dict[str, Any] = {"precision": "fp8" if self.precision in FP8 else self.precision}
+            if self.op_lists:
+                for name in ("lower_list", "fp32_list"):
+                    if getattr(self, name):
+                        kwargs[name] = _op_value(getattr(self, name))
+            steps.append(Statement("plugin", Call("HPUPrecisionPlugin", _items(kwargs))))
+            convert = self._convert_call()
+            if convert is not None:
+                comment, convert_kwargs = convert
+                steps.append(Statement("model", Call("plugin.convert_modules", _items(convert_kwargs),
+                                                     (Ref("model"),)), note=comment))
+        if self.offloads:
+            optimizer = Call("DeepSpeedCPUAdam", (("lr", self.offload_lr),), (Call("model.parameters"),))
+            steps.append(Statement("model.configure_optimizers", Lambda(optimizer), comments=(
+                "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own",
+                "optimizer (it refuses a torch one): set the learning rate you want.")))
+        args: dict[str, Any] = {}
+        args["accelerator"] = Call("HPUAccelerator") if self.accelerator == "HPUAccelerator()" else "hpu"
+        args["devices"] = self.devices
+        if self.strategy in STRING_STRATEGIES:
+            args["strategy"] = STRING_STRATEGIES[self.strategy]
+        elif self.strategy == "deepspeed":
+            args["strategy"] = Call("HPUDeepSpeedStrategy", (("zero_optimization", True),
+                                                             ("stage", self.deepspeed_stage),
+                                                             ("offload_optimizer", self.offloads)))
+        elif self.strategy == "fsdp":
+            args["strategy"] = Call("HPUFSDPStrategy")
+        if self.trainer_precision is not None:
+            args["precision"] = self.trainer_precision
+        if self.uses_plugin:
+            args["plugins"] = [Ref("plugin")]
+        if self.profiler:
+            args["profiler"] = Call("HPUProfiler")
+        if self.monitor:
+            args["callbacks"] = [Call("MemoryMonitor")]
+        args.update(self.extra)
+        steps.append(Statement("trainer", Call("L.Trainer", _items(args))))
+        return steps
+
+    def _convert_call(self) -> tuple[str, dict[str, Any]] | None:
+        """(comment, keyword arguments) of plugin.convert_modules for fp8, else None."""
+        if self.precision == "fp8":
+            return "fp8 training: swaps nn.Linear layers for fp8 ones", {"replace_layers": True}
+        if self.precision == "fp8-measure":
+            return ("fp8 inference step 1: measure on some data (trainer.predict), then restart and quantize",
+                    {"inference": True, "quant": False, "fp8_data_path": self.fp8_data_path})
+        if self.precision == "fp8-quantize":
+            return ("fp8 inference step 2: quantize with the measurements (in a new process)",
+                    {"inference": True, "quant": True, "fp8_data_path": self.fp8_data_path})
+        return None
+
+    def required_names(self) -> list[str]:
+        """The public names the generated code uses (each comes with its import line)."""
+        return sorted({name for step in self.plan() for name in _names(step.value)})
+
+    # -- building -------------------------------------------------------------------------------------------------
+    def build(self, model: Any = None) -> tuple[dict[str, Any], Any]:
+        """(Trainer keyword arguments, the model to use): the plan, evaluated. fp8 / offload need `model`."""
+        self.check()
+        if self.needs_model and model is None:
+            why = "converts your model's layers" if self.precision in FP8 else "gives your model DeepSpeed's optimizer"
+            raise InvalidConfigError(
+                f"this configuration {why} first: pass it, e.g. kwargs, model = cfg.build(model) or "
+                "cfg.trainer_kwargs(model)."
+            )
+        namespace: dict[str, Any] = {"model": model}
+        *prepare, last = self.plan()
+        for step in prepare:
+            _assign(namespace, step.target, _evaluate(step.value, namespace))
+        kwargs = {key: _evaluate(value, namespace) for key, value in last.value.kwargs}
+        return kwargs, namespace["model"]
+
+    def trainer_kwargs(self, model: Any = None) -> dict[str, Any]:
+        """Keyword arguments for `L.Trainer(**cfg.trainer_kwargs())` (fp8 / offload: pass the model)."""
+        return self.build(model)[0]
+
+    # -- code ------------------------------------------------------------------------------------------------------
+    @property
+    def code(self) -> str:
+        """Python that defines `trainer` as build() does; errors are listed on top as comments."""
+        lines: list[str] = []
+        errors = self.errors
+        if errors:
+            lines += ["# This configuration has errors; fix them first:"]
+            lines += [f"#   - {i.field}: " + i.message.replace("\n", "\n#     ") for i in errors]
+            lines.append("")
+        plan = self.plan()
+        names = self.required_names()
+        lines += [IMPORTS[n] for n in names if n in IMPORTS]
+        ours = [n for n in names if n in HPU_NB_NAMES]
+        if ours:
+            lines.append(f"from hpu_nb import {', '.join(ours)}")
+        lines.append("")
+        snippet = self._autocast_snippet()
+        if snippet:
+            lines += snippet + [""]
+        *prepare, last = plan
+        for step in prepare:
+            lines += [f"# {c}" for c in step.comments]
+            note = f"  # {step.note}" if step.note else ""
+            lines.append(f"{step.target} = {_render(step.value)}{note}")
+        if prepare:
+            lines.append("")
+        lines.append(f"{last.target} = {last.value.func}(")
+        lines += [f"    {key}={_render(value)}," for key, value in last.value.kwargs]
+        lines.append(")")
+        return "\n".join(lines) + "\n"
+
+    def _autocast_snippet(self) -> list[str]:
+        if not self.relevant("autocast") or self.autocast == "plugin":
+            return []
+        dtype = "torch.bfloat16" if self.precision == "bf16-mixed" else "torch.float16"
+        backend = get_backend()
+        device = backend.autocast_device_type
+        where = f"{'the emulated Gaudi' if backend.is_emulated else 'Gaudi'} autocasts on {device!r}"
+        call = f'torch.autocast(device_type="{device}", dtype={dtype})'
+        how = {"context": "a torch.autocast context", "decorator": "the @torch.autocast decorator"}[self.autocast]
+        lines = [f"# {self.precision} with {how} in your LightningModule "
+                 f"({where}); the Trainer itself stays in 32-true:", "#", "#     import torch", "#",
+                 "#     class MyModel(L.LightningModule):"]
+        if self.autocast == "context":
+            lines += ["#         def forward(self, x):", f"#             with {call}:",
+                      "#                 return self.net(x)"]
+        else:
+            lines += [f"#         @{call}", "#         def forward(self, x):", "#             return self.net(x)"]
+        return lines
+
+    # -- convenience -------------------------------------------------------------------------------------------
+    def replace(self, **changes: Any) -> TrainerConfig:
+        return replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@functools.lru_cache(maxsize=1)
+def _deepspeed_accelerator() -> Any:
+    """DeepSpeed's accelerator, set up for this device (imports DeepSpeed once, only when its precision is asked)."""
+    from hpu_nb.core.strategies.deepspeed import require_deepspeed
+
+    require_deepspeed()
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator()
+
+
+def _deepspeed_supports_fp16() -> bool:
+    return bool(_deepspeed_accelerator().is_fp16_supported())
+
+
+def _deepspeed_accelerator_name() -> str:
+    return f"DeepSpeed's {_deepspeed_accelerator()._name!r} accelerator"
+
+
+# -- rendering and evaluating the plan -------------------------------------------------------------------------------
+def _items(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(kwargs.items())
+
+
+def _names(value: Any) -> Iterable[str]:
+    """Public names a plan value uses (not namespace variables)."""
+    if isinstance(value, Call):
+        head = value.func.split(".")[0]
+        if head in IMPORTS or head in HPU_NB_NAMES:
+            yield head
+        for item in list(value.args) + [v for _, v in value.kwargs]:
+            yield from _names(item)
+    elif isinstance(value, Lambda):
+        yield from _names(value.body)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _names(item)
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, Call):
+        parts = [_render(a) for a in value.args] + [f"{k}={_render(v)}" for k, v in value.kwargs]
+        return f"{value.func}({', '.join(parts)})"
+    if isinstance(value, Lambda):
+        return f"lambda: {_render(value.body)}"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_render(v) for v in value) + "]"
+    return repr(value)
+
+
+def _resolve(func: str, namespace: dict[str, Any]) -> Any:
+    head, *rest = func.split(".")
+    if head in namespace:
+        obj = namespace[head]
+    elif head == "L":
+        obj = importlib.import_module("lightning")
+    elif head in HPU_NB_NAMES:
+        obj = getattr(importlib.import_module("hpu_nb"), head)
+    elif head == "DeepSpeedCPUAdam":
+        obj = importlib.import_module("deepspeed.ops.adam").DeepSpeedCPUAdam
+    else:
+        raise NameError(f"the plan uses an unknown name {head!r}")
+    for attr in rest:
+        obj = getattr(obj, attr)
+    return obj
+
+
+def _evaluate(value: Any, namespace: dict[str, Any]) -> Any:
+    if isinstance(value, Ref):
+        return _resolve(value.name, namespace)
+    if isinstance(value, Call):
+        args = [_evaluate(a, namespace) for a in value.args]
+        kwargs = {k: _evaluate(v, namespace) for k, v in value.kwargs}
+        return _resolve(value.func, namespace)(*args, **kwargs)
+    if isinstance(value, Lambda):
+        return lambda: _evaluate(value.body, namespace)
+    if isinstance(value, list):
+        return [_evaluate(v, namespace) for v in value]
+    return value
+
+
+def _assign(namespace: dict[str, Any], target: str, value: Any) -> None:
+    head, *rest = target.split(".")
+    if not rest:
+        namespace[head] = value
+        return
+    obj = namespace[head]
+    for attr in rest[:-1]:
+        obj = getattr(obj, attr)
+    setattr(obj, rest[-1], value)
+
+
+def _op_value(value: OpList) -> Any:
+    if isinstance(value, str):
+        return value  # a file path
+    return list(value or ())
+
+
+def parse_op_list(text: str) -> OpList:
+    """What a user typed in an op-list field: a file path (contains '/' or ends in .txt), or op names."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    if "/" in text or text.endswith(".txt") or text.startswith("."):
+        return text
+    names = [part for chunk in text.replace(";", ",").split(",") for part in chunk.split()]
+    return [n for n in names if n]
+
+
+def op_list_text(value: OpList) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return ", ".join(value)
+
+
+def config_from(values: Iterable[tuple[str, Any]]) -> TrainerConfig:
+    """A TrainerConfig from (field, value) pairs, with a clear error for an unknown field."""
+    known = set(TrainerConfig.field_names())
+    data = dict(values)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise TypeError(f"Unknown TrainerConfig field(s) {unknown}; known: {', '.join(sorted(known))}.")
+    return TrainerConfig(**data)
