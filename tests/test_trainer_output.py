@@ -46,3 +46,25 @@ def test_other_trainers_keep_lightnings_lines(records: pytest.LogCaptureFixture)
     shown = _messages(records)
     assert any(m.startswith("GPU available") for m in shown) and any(m.startswith("💡 Tip") for m in shown)
     assert not any(m.startswith("HPU:") for m in shown)
+
+
+def test_lightning_still_logs_device_info_where_we_wrap_it() -> None:
+    """Tripwire: the Trainer calls `setup._log_device_info(self)` while it is built, and that function logs the
+    GPU / TPU lines; if a Lightning upgrade moves either, the one-line output must be revisited."""
+    import inspect
+
+    from lightning.pytorch.trainer import setup as trainer_setup
+
+    assert "setup._log_device_info(self)" in inspect.getsource(L.Trainer.__init__)
+    original = inspect.unwrap(trainer_setup._log_device_info)
+    source = inspect.getsource(original)
+    assert "GPU available" in source and "TPU available" in source
+
+
+def test_importing_hpu_nb_installs_the_one_line_output() -> None:
+    from lightning.pytorch.trainer import setup as trainer_setup
+
+    import hpu_nb.core.registration as registration
+
+    registration.register_all()
+    assert getattr(trainer_setup._log_device_info, "_hpu_nb_wrapped", False)

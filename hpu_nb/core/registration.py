@@ -57,6 +57,9 @@ def register_all() -> None:
         strategy_cls.register_strategies(StrategyRegistry)
     _register_profiler()
     install_connector_hook()
+    from hpu_nb.core.trainer_output import install as install_trainer_output
+
+    install_trainer_output()  # an HPU Trainer says which HPU it uses, instead of Lightning's GPU / TPU lines
     _registered = True
 
 
