@@ -332,3 +332,23 @@ def test_fake_refuses_fp8_on_first_generation_gaudi(make_fake_gaudi) -> None:  #
     with pytest.raises(RuntimeError, match="Gaudi2 or newer"):
         with te.fp8_autocast(enabled=True):
             pass
+
+
+def test_emulated_hccl_moves_fp8_tensors_exactly() -> None:
+    """DDP broadcasts every buffer, fp8 ones included (an fp8-quantized model): HCCL moves them as they are."""
+    import torch.distributed as dist
+
+    from hpu_nb.runtime.hpu_device import hccl
+
+    get_backend()
+    hccl.register()
+    dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=20))
+    try:
+        value = torch.tensor([0.5, -3.0, 448.0]).to(torch.float8_e4m3fn).to("hpu")
+        dist.broadcast(value, src=0)
+        gathered = [torch.empty_like(value)]
+        dist.all_gather(gathered, value)
+        assert gathered[0].dtype == torch.float8_e4m3fn and gathered[0].float().cpu().tolist() == [0.5, -3.0, 448.0]
+    finally:
+        dist.destroy_process_group()

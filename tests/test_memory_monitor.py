@@ -204,11 +204,10 @@ def test_oom_run_shows_that_the_limit_was_hit(monkeypatch: pytest.MonkeyPatch) -
     assert ">OOM</text>" in html and "<svg" in html
     # one source: the error's own figures, in the record the chart, the summary and the counter table all use
     message = monitor.oom["message"]
-    assert f"({oom['requested']} bytes)" in message and f"({oom['limit']} bytes)" in message
+    assert f"size::{oom['requested']} " in message and f"InUse {oom['in_use']} of Limit {oom['limit']} bytes" in message
     assert monitor.chart.oom == oom
     from hpu_nb.runtime.env import format_bytes
 
-    assert f"with {format_bytes(oom['in_use'])} already in use" in message
     assert f"{format_bytes(oom['in_use'])} in use: tried to allocate" in text
     assert "Now: InUse" not in text  # the figure after the failure is not shown as if it were the failure's
 

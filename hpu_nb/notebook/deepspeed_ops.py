@@ -1,8 +1,9 @@
 """Is DeepSpeed about to compile one of its C++ ops? Say so before a cell goes silent for minutes.
 
-DeepSpeed compiles its ops (the CPU communication op, DeepSpeedCPUAdam for ZeRO-Offload) with torch's JIT extension
-builder on first use, into TORCH_EXTENSIONS_DIR. `make setup` builds them there once; a notebook cell that would still
-compile one calls `announce_compilation()` first, which prints what will be compiled and how long it takes.
+DeepSpeed compiles its ops with torch's JIT extension builder on first use, into TORCH_EXTENSIONS_DIR; through its HPU
+accelerator (on a Gaudi and on the emulated one) that is DeepSpeedCPUAdam, for ZeRO-Offload. `make setup` builds it
+there once; a notebook cell that would still compile one calls `announce_compilation()` first, which prints what will
+be compiled and how long it takes. Ops the accelerator does not have are not announced.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ OPS = {"ShareMemCommBuilder": "the CPU communication op", "CPUAdamBuilder": "Dee
 MINUTES_EACH = 2  # measured: about 2 minutes per op on a 2-core machine
 
 
-def unbuilt_ops(builders: tuple[str, ...] = ("ShareMemCommBuilder",)) -> list[str]:
+DEFAULT_BUILDERS = ("CPUAdamBuilder",)
+
+
+def unbuilt_ops(builders: tuple[str, ...] = DEFAULT_BUILDERS) -> list[str]:
     """The builders among `builders` whose compiled library is not in the extensions folder yet."""
     from hpu_nb.core.strategies.deepspeed import require_deepspeed
 
@@ -33,7 +37,7 @@ def unbuilt_ops(builders: tuple[str, ...] = ("ShareMemCommBuilder",)) -> list[st
     return missing
 
 
-def announce_compilation(builders: tuple[str, ...] = ("ShareMemCommBuilder",)) -> list[str]:
+def announce_compilation(builders: tuple[str, ...] = DEFAULT_BUILDERS) -> list[str]:
     """Print which DeepSpeed ops the next run compiles, and about how long that takes; returns their builders."""
     missing = unbuilt_ops(builders)
     if missing:

@@ -6,12 +6,10 @@ import html
 import shlex
 from typing import Any
 
-from hpu_nb.runtime import DeviceBackend, get_backend
 from hpu_nb.runtime.env import format_bytes
 from hpu_nb.runtime.info import HPUInfo, collect_info
 
 USAGE = "Usage: %hpu_info [--text] [--timeout SECONDS]"
-MAX_CARDS_ASKED = 1024  # per-card facts are collected up to this many cards (a Gaudi node has 8)
 MAX_DEVICE_ROWS = 16  # rows of the devices table; identical neighbouring cards share one row
 
 
@@ -201,32 +199,6 @@ def render_html(info: HPUInfo) -> str:
     return "".join(parts)
 
 
-class _WithoutCardFacts:
-    """A backend seen without its per-card facts: everything else is the backend's own."""
-
-    def __init__(self, backend: DeviceBackend) -> None:
-        self._backend = backend
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def device_facts(self, timeout: float = 2.0) -> list:
-        return []
-
-
-def collect_bounded(timeout: float = 2.0, backend: DeviceBackend | None = None) -> HPUInfo:
-    """collect_info, with per-card facts only up to MAX_CARDS_ASKED cards: asking a backend for the facts of a
-    million (emulated) cards builds a million objects; the report then says why they are missing."""
-    backend = backend or get_backend()
-    count = backend.device_count()
-    if count <= MAX_CARDS_ASKED:
-        return collect_info(backend, timeout=timeout)
-    info = collect_info(_WithoutCardFacts(backend), timeout=timeout)  # type: ignore[arg-type]
-    info.problems.append(f"per-card facts are not collected for more than {MAX_CARDS_ASKED:,} cards "
-                         f"({count:,} here)")
-    return info
-
-
 class HPUInfoReport:
     """The result of %hpu_info: shows as HTML in notebooks and as text everywhere else."""
 
@@ -293,7 +265,7 @@ def hpu_info(line: str = "") -> None:
         print(err)
         return
     try:
-        report = HPUInfoReport(collect_bounded(timeout))
+        report = HPUInfoReport(collect_info(timeout=timeout))
     except Exception as err:  # noqa: BLE001 - e.g. HPU_NB_BACKEND=gaudi on a machine without one: say why
         print(f"%hpu_info: no device backend could be set up: {type(err).__name__}: {err}")
         return

@@ -651,16 +651,17 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
 def find_trace(path: str | os.PathLike) -> str:
-    """`path` itself if it is a file, else the newest Chrome trace below the folder.
+    """`path` itself unless it is a folder (the parser refuses what is not a regular file), else the newest Chrome
+    trace below the folder.
 
     In a folder only regular *.json / *.json.gz files whose opening bytes hold a "traceEvents" key (or an event
     array) count: an fp8 measurement, a config or a pipe named x.json is never taken for a trace.
     """
     p = os.fspath(path)
-    if os.path.isfile(p):
-        return p
     if not os.path.exists(p):
         raise FileNotFoundError(f"no trace file or folder at {p!r}")
+    if not os.path.isdir(p):
+        return p
     found = trace_files(p)
     if not found:
         raise FileNotFoundError(f"no Chrome trace (*.json or *.json.gz with \"traceEvents\") in folder {p!r}")

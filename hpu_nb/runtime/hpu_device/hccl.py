@@ -18,13 +18,19 @@ BACKEND_NAME = "hccl"
 _NATIVE_OPS = {ReduceOp.SUM: "sum", ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
 
 
+_FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                       "float8_e5m2fnuz") if hasattr(torch, name))
+
+
 def _host(tensor: torch.Tensor) -> torch.Tensor:
+    """The CPU alias gloo works on. fp8 tensors travel as their bytes (gloo has no fp8 type; moving them is exact)."""
     if tensor.device.type != "hpu":
         raise RuntimeError(
             f"HCCL collectives take hpu tensors, got one on {tensor.device}: move it to the device first "
             "(tensor.to('hpu')), as on a Gaudi."
         )
-    return torch.ops.hpu_emu.host_alias(tensor)
+    host = torch.ops.hpu_emu.host_alias(tensor)
+    return host.view(torch.uint8) if host.dtype in _FP8_DTYPES else host
 
 
 def _hosts(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
