@@ -31,6 +31,16 @@ def _hosts(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return [_host(t) for t in tensors]
 
 
+_FP8 = {getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+        if hasattr(torch, name)}
+
+
+def _bytes(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Host aliases for collectives that only move data: fp8 tensors (which HCCL moves on Gaudi2+, gloo does not
+    know) travel as their bytes."""
+    return [h.view(torch.uint8) if h.dtype in _FP8 else h for h in _hosts(tensors)]
+
+
 def _reduce_op(op: Any) -> tuple[Any, bool]:
     """(gloo op, divide by world size afterwards)."""
     if op == ReduceOp.AVG:
@@ -101,12 +111,12 @@ class EmulatedHCCL(ProcessGroup):
         return self._averaged(work, hosts if self.rank() == opts.rootRank else []) if average else work
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        return self._gloo.broadcast(_hosts(tensors), opts or dist.BroadcastOptions())
+        return self._gloo.broadcast(_bytes(tensors), opts or dist.BroadcastOptions())
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None) -> Any:
-        outputs = [_hosts(group) for group in output_tensors]
-        return self._gloo.allgather(outputs, _hosts(input_tensors), opts or dist.AllgatherOptions())
+        outputs = [_bytes(group) for group in output_tensors]
+        return self._gloo.allgather(outputs, _bytes(input_tensors), opts or dist.AllgatherOptions())
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> Any:
