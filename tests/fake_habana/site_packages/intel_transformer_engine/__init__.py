@@ -1,5 +1,7 @@
-"""Fake Habana transformer engine: te.Linear, te.fp8_autocast, te.recipe, te.fp8.
+"""Fake Intel transformer engine (`intel_transformer_engine`): Linear, fp8_autocast, recipe, fp8.
 
+Since Gaudi software 1.19 Habana's `habana_frameworks.torch.hpex.experimental.transformer_engine` is a shim that
+re-exports this package, so the classes' `__module__` starts with "intel_transformer_engine".
 fp8 is simulated on the CPU: inside fp8_autocast a te.Linear rounds its input and weight through
 float8 (E4M3 forward, per-tensor max-abs scaling) and returns bfloat16, as fp8 modules do on a Gaudi.
 """
@@ -10,15 +12,15 @@ import torch
 
 from habana_frameworks._fake import STATE as _STATE
 from habana_frameworks._fake import recorded as _recorded
-from habana_frameworks.torch.hpex.experimental.transformer_engine import fp8, recipe  # noqa: F401
-from habana_frameworks.torch.hpex.experimental.transformer_engine.fp8 import FP8GlobalStateManager
+from intel_transformer_engine import fp8, recipe  # noqa: F401
+from intel_transformer_engine.fp8 import FP8GlobalStateManager
 
 _FP8_MAX = {"E4M3": 240.0, "E5M2": 57344.0}  # Gaudi2's E4M3 range is +-240
 
 
 def _through_fp8(x, fmt):
     dtype = torch.float8_e4m3fn if fmt == "E4M3" else torch.float8_e5m2
-    amax = x.detach().abs().max().clamp(min=1e-12)
+    amax = (x.detach().abs().max() if x.numel() else x.new_zeros(())).float().clamp(min=1e-12)
     scale = _FP8_MAX[fmt] / amax
     return (x.float() * scale).to(dtype).float() / scale
 
