@@ -50,10 +50,7 @@ class HPUAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         """All Gaudi cards on a Gaudi; one emulated card unless HPU_NB_DEVICE_COUNT asks for more."""
-        backend = get_backend()
-        if backend.is_emulated and not backend.device_count_is_explicit:
-            return 1
-        return backend.device_count()
+        return get_backend().auto_device_count()
 
     @staticmethod
     def is_available() -> bool:

@@ -89,6 +89,10 @@ class DeviceBackend(ABC):
     def device_count(self) -> int:
         """Cards on this machine, read without acquiring one."""
 
+    def auto_device_count(self) -> int:
+        """How many cards devices="auto" means: every card of the machine."""
+        return self.device_count()
+
     @abstractmethod
     def generation(self) -> Generation:
         """The generation of this machine's cards, read without acquiring one."""

@@ -56,6 +56,10 @@ class EmulatedBackend(DeviceBackend):
     def is_available(self) -> bool:
         return True
 
+    def auto_device_count(self) -> int:
+        """One emulated card unless HPU_NB_DEVICE_COUNT asks for more (each card is a process on this CPU)."""
+        return self.device_count() if self.device_count_is_explicit else 1
+
     def device_count(self) -> int:
         return self.card.device_count
 
