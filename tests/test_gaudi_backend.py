@@ -122,6 +122,14 @@ def test_release_decides_lazy_mode_and_mark_step_placement() -> None:
             assert fake.calls.count("is_lazy") >= 3  # Habana decides, not us
 
 
+@pytest.mark.parametrize("value", ["false", "2", "off", "-1"])
+def test_a_lazy_mode_other_than_0_or_1_is_refused_on_a_gaudi(make_fake_gaudi, monkeypatch, value) -> None:  # noqa: F811
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", value)
+    make_fake_gaudi(release="1.21.0")
+    with pytest.raises(ValueError, match=rf"PT_HPU_LAZY_MODE='{value}' is not a Gaudi execution mode"):
+        get_backend()
+
+
 def test_first_generation_gaudi_with_a_release_that_dropped_it_is_refused(make_fake_gaudi) -> None:  # noqa: F811
     fake = make_fake_gaudi(backend=None, device_name="GAUDI", release="1.22.0")
     found, reason = probe_gaudi()
