@@ -21,7 +21,7 @@ FLAGS: dict[str, str] = {
     "HABANA_VISIBLE_MODULES": "which cards this process may use (multi-tenancy)",
     "HLS_MODULE_ID": "the card this process acquires (set per local rank by Habana's HCCL when several run)",
     "PT_HPU_AUTOLOAD": "0 / 1: whether `import torch` loads Habana's software (on by default in eager mode, 1.18+)",
-    "PT_HPU_ENABLE_CACHE_METRICS": "1: collect Habana's recipe_cache metric",
+    "PT_HPU_ENABLE_CACHE_METRICS": "1: collect the recipe_cache metric (metrics.metric_global)",
     "PT_HPU_RECIPE_CACHE_CONFIG": "<dir>,<delete:true/false>,<MB>: graph recipe cache",
     "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES": "dynamic-shape handling",
     "PT_ENABLE_INT64_SUPPORT": "native int64 (Gaudi2)",
