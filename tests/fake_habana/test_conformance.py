@@ -389,3 +389,27 @@ def test_uninstall_puts_back_torch_and_the_emulated_surface():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert json.dumps(torch.hpu.memory_stats())  # still usable
+
+
+# -- fp8 inference: Intel Neural Compressor (tests/fake_neural_compressor.py) -----------------------------------------
+def test_fp8_inference_inc_config_defaults_and_rank_named_measurement_files(tmp_path, monkeypatch):
+    from tests.fake_neural_compressor import install_fake_inc
+
+    with install_fake_inc():
+        from neural_compressor.torch.quantization import FP8Config, convert, finalize_calibration, prepare
+
+        (tmp_path / "measure.json").write_text(json.dumps({"mode": "MEASURE", "dump_stats_path": str(tmp_path / "m")}))
+        config = FP8Config.from_json_file(str(tmp_path / "measure.json"))
+        assert config.measure and config.measure_file == tmp_path / "m_hooks_maxabs.json"  # observer maxabs by default
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        finalize_calibration(prepare(model, config))
+        assert (tmp_path / "m_hooks_maxabs.json").is_file()
+        quant = FP8Config.from_dict({"dump_stats_path": str(tmp_path / "m")})  # mode defaults to QUANTIZE
+        assert not quant.measure
+        convert(model, quant)
+        monkeypatch.setenv("LOCAL_RANK", "1")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        ranked = FP8Config.from_dict({"dump_stats_path": str(tmp_path / "m")})  # the rank is fixed when parsed
+        assert ranked.measure_file == tmp_path / "m_hooks_maxabs_1_2.json"
+        with pytest.raises(FileNotFoundError, match="m_hooks_maxabs_1_2.json"):
+            convert(model, ranked)
