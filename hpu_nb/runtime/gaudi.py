@@ -103,12 +103,11 @@ def _generation_from_device_type() -> Generation | None:
     """The generation from Habana's device-type query, which counts devices by type without acquiring one."""
     try:
         htexp = importlib.import_module(EXPERIMENTAL_MODULE)
-        device_type = htexp._get_device_type()
-        names = {htexp.synDeviceType.synDeviceGaudi: "gaudi", htexp.synDeviceType.synDeviceGaudi2: "gaudi2"}
-        gaudi3 = getattr(htexp.synDeviceType, "synDeviceGaudi3", None)
-        if gaudi3 is not None:
-            names[gaudi3] = "gaudi3"
-        key = names.get(device_type)
+        device_type = htexp._get_device_type()  # an int or the enum: compared with ==, as Habana's own code does
+        key = next((key for key, member in (("gaudi", "synDeviceGaudi"), ("gaudi2", "synDeviceGaudi2"),
+                                            ("gaudi3", "synDeviceGaudi3"))
+                    if hasattr(htexp.synDeviceType, member) and device_type == getattr(htexp.synDeviceType, member)),
+                   None)
     except Exception as err:  # an older release without it, or a driver problem: other sources follow
         log.debug("habana device type unavailable: %s", err)
         return None

@@ -20,9 +20,10 @@ class synDeviceType(enum.IntEnum):  # noqa: N801 (Habana's name)
 
 @_recorded
 def _get_device_type():
+    """An int, as the bridge's C++ binding returns (compare it with synDeviceType members)."""
     if not _STATE.config.available or _STATE.config.device_count < 1:
-        return synDeviceType.synDeviceTypeInvalid
-    return synDeviceType(_TYPES[_STATE.config.device_name.upper()])
+        return int(synDeviceType.synDeviceTypeInvalid)
+    return _TYPES[_STATE.config.device_name.upper()]
 
 
 @_recorded
