@@ -30,7 +30,14 @@ $(STAMP): pyproject.toml Makefile
 	fi
 	$(PIP) install -q --upgrade pip
 	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PIP) install -q -c $(VENV)/constraints.txt $(TORCH_CPU); fi
-	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	@# On a Gaudi, Habana's DeepSpeed fork (e.g. 0.14.4+hpu.synapse.v1.18.0) is outside the deepspeed extra's range:
+	@# keep it rather than let pip replace it with upstream DeepSpeed.
+	@extras="$(EXTRAS)"; \
+	if $(PY) -c "import habana_frameworks, deepspeed" 2>/dev/null; then \
+		echo "Habana's DeepSpeed $$($(PY) -c 'import deepspeed; print(deepspeed.__version__)') is installed: kept"; \
+		extras=$$(echo "$$extras" | tr ',' '\n' | grep -vx deepspeed | paste -sd, -); \
+	fi; \
+	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$$extras]"
 	@# The emulated Gaudi's hpu device is a small C++ library built for this torch (~20 s, cached in ~/.cache/hpu_nb).
 	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.runtime.hpu_device; fi
 	@# Kernels started from this venv (JupyterLab, nbmake) find the ops where setup built them.

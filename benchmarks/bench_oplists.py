@@ -1,9 +1,10 @@
-"""Cost of the emulated op lists (a TorchFunctionMode inside autocast), and of emulated fp8 vs bf16.
+"""Cost of op lists on the emulated hpu device, and of emulated fp8 vs bf16.
 
-Forward + backward of an MLP under bf16 autocast, interleaved in one run: (a) plain autocast, (b) autocast with an
-fp32 list naming an op the model does not use (pure mode overhead), (c) with `softmax` forced to bf16 (mode + casts).
-Also the emulated fp8 layers vs bf16. Prints medians and ratios; the plugin installs no mode when no list is given.
-Case (c) also pays for running softmax in bf16 on this CPU (its bf16 kernels are slower); (b) is the mechanism.
+Forward + backward of an MLP on `hpu` under bf16 autocast, interleaved in one run: (a) Habana's default lists,
+(b) an fp32 list naming an op the model does not use (the lists are the device's AutocastHPU kernels, as on a Gaudi:
+no extra mechanism, so this should cost nothing), (c) a lower list that also lowers `softmax` (its casts). The lists
+are process-wide, so each round loads the case's lists before it runs (loading is not timed). Also the emulated fp8
+layers vs bf16. Case (c) also pays for running softmax in bf16 on this CPU (its bf16 kernels are slower).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import time
 import torch
 
 from hpu_nb.core.fp8 import Fp8Linear, emulated_fp8_autocast
-from hpu_nb.core.oplists import load_op_lists
+from hpu_nb.core.oplists import apply_op_lists, load_op_lists
 from hpu_nb.core.precision import hpu_autocast
+from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.hpu_device import autocast as device_autocast
 
 
 class Block(torch.nn.Module):
@@ -45,11 +48,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
+    get_backend()
     torch.manual_seed(0)
-    model, x = Block(args.width, args.depth), torch.randn(args.batch, args.width)
-    unused, used = load_op_lists(fp32=["cosh"]), load_op_lists(lower=["softmax"])
-    fp8_model = Block(args.width, args.depth)
+    model, x = Block(args.width, args.depth).to("hpu"), torch.randn(args.batch, args.width, device="hpu")
+    unused = load_op_lists(fp32=["cosh"])
+    used = load_op_lists(lower=sorted(device_autocast.DEFAULT_LOWER_OPS | {"softmax"}))
+    fp8_model = Block(args.width, args.depth).to("hpu")
     fp8_model.layers = torch.nn.ModuleList(Fp8Linear(layer) for layer in fp8_model.layers)
+    defaults = device_autocast.AutocastLists(device_autocast.DEFAULT_LOWER_OPS, device_autocast.DEFAULT_FP32_OPS)
+    lists = {"autocast + unused list": unused, "autocast + softmax->bf16": used}
 
     def fp8_context():  # noqa: ANN202
         stack = hpu_autocast(torch.bfloat16)
@@ -57,15 +64,24 @@ def main() -> None:
 
     cases = {
         "autocast": (model, lambda: hpu_autocast(torch.bfloat16)),
-        "autocast + unused list": (model, lambda: hpu_autocast(torch.bfloat16, op_lists=unused)),
-        "autocast + softmax->bf16": (model, lambda: hpu_autocast(torch.bfloat16, op_lists=used)),
+        "autocast + unused list": (model, lambda: hpu_autocast(torch.bfloat16)),
+        "autocast + softmax->bf16": (model, lambda: hpu_autocast(torch.bfloat16)),
         "fp8 layers": (fp8_model, fp8_context),
     }
+
+    def load(name: str) -> None:
+        if name in lists:
+            apply_op_lists(lists[name])
+        else:
+            device_autocast.register(defaults)
+
     times: dict[str, list[float]] = {name: [] for name in cases}
     for name, (m, ctx) in cases.items():
+        load(name)
         step_ms(m, x, ctx)  # warm up
     for _ in range(args.rounds):
         for name, (m, ctx) in cases.items():
+            load(name)
             times[name].append(step_ms(m, x, ctx))
     base = statistics.median(times["autocast"])
     print(f"MLP {args.depth} x Linear({args.width}) + relu + softmax, batch {args.batch}, {args.rounds} interleaved "

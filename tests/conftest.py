@@ -14,6 +14,8 @@ HPU_ENV = (
     "PT_HPU_LAZY_MODE",
     "LOWER_LIST",
     "FP32_LIST",
+    "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST",
+    "PT_HPU_AUTOCAST_FP32_OPS_LIST",
     "HABANA_VISIBLE_MODULES",
     "HABANA_PROFILE",
     "QUANT_CONFIG",
@@ -28,6 +30,21 @@ def fresh_backend(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     runtime.reset_backend()
     yield
     runtime.reset_backend()
+    _restore_default_autocast_lists()
+
+
+def _restore_default_autocast_lists() -> None:
+    """Op lists are process-wide (as on a Gaudi): a test that loaded its own must not leave them to the next one."""
+    import warnings
+
+    from hpu_nb.runtime import hpu_device
+
+    if hpu_device.is_loaded():
+        from hpu_nb.runtime.hpu_device import autocast
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            autocast.register(autocast.lists_from_environment({}))
 
 
 # The fake habana_frameworks (a Gaudi we don't have) and a fake hl-smi, for the Gaudi-path tests.

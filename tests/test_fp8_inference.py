@@ -50,7 +50,7 @@ def predict(model: L.LightningModule, plugin=None) -> torch.Tensor:  # noqa: ANN
     return torch.cat(trainer.predict(model, data())).float()
 
 
-def quantize_in_this_process(directory: Path) -> dict:
+def quantize_in_this_process(directory: Path, fp8_dir: Path | None = None) -> dict:
     """The fresh process: load the weights, quantize from the measurements, predict, compare with fp32."""
     from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.precision import HPUPrecisionPlugin
@@ -58,7 +58,7 @@ def quantize_in_this_process(directory: Path) -> dict:
     model = make_model()
     model.load_state_dict(torch.load(directory / "model.pt"))
     plugin = HPUPrecisionPlugin("fp8")
-    plugin.convert_modules(model, inference=True, quant=True, fp8_data_path=str(directory / "fp8"))
+    plugin.convert_modules(model, inference=True, quant=True, fp8_data_path=str(fp8_dir or directory / "fp8"))
     out = predict(model, plugin)
     ref = torch.load(directory / "fp32.pt")
     return {
@@ -101,10 +101,11 @@ def test_measurement_writes_habana_format_files(measured) -> None:  # noqa: ANN0
     measure_cfg = json.loads((fp8_dir / "maxabs_measure.json").read_text())
     quant_cfg = json.loads((fp8_dir / "maxabs_quant.json").read_text())
     for cfg, mode in ((measure_cfg, "MEASURE"), (quant_cfg, "QUANTIZE")):
-        assert cfg["mode"] == mode and cfg["observer"] == "maxabs" and cfg["scale_method"] == "maxabs_hw"
-        assert cfg["allowlist"] == {"types": ["Linear"], "names": []} and cfg["blocklist"] == {"types": [], "names": []}
-        assert cfg["dump_stats_path"] == str(fp8_dir / "measure")
-    stats = json.loads((fp8_dir / "measure_hooks_maxabs.json").read_text())
+        assert cfg["mode"] == mode and cfg["observer"] == "maxabs"
+        assert cfg["allowlist"] == {"types": [], "names": []} and cfg["blocklist"] == {"types": [], "names": []}
+        assert cfg["dump_stats_path"] == str(fp8_dir / "inc_output" / "measure")  # lightning-habana's layout
+    assert quant_cfg["scale_method"] == "maxabs_hw"
+    stats = json.loads((fp8_dir / "inc_output" / "measure_hooks_maxabs.json").read_text())
     assert stats["Mode"] == "DynamicRange" and set(stats["Nodes"]) == {"net.0", "net.2", "head"}
     model = make_model()
     x = next(iter(data()))[0]
@@ -139,6 +140,9 @@ def test_quantize_without_measurements_names_the_missing_file(tmp_path, fresh_fp
 
     with pytest.raises(FileNotFoundError, match=r"maxabs_quant\.json does not exist. Measure first"):
         HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"measure_hooks_maxabs\.json do not exist\. Measure first"):
+        HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant={"mode": "QUANTIZE"},
+                                                  fp8_data_path=str(tmp_path))
 
 
 def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process) -> None:  # noqa: ANN001
@@ -147,7 +151,7 @@ def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process
 
     fp8_dir = str(measured / "fp8")
     fresh_fp8_process._measured_in_this_process = False
-    stats_path = measured / "fp8" / "measure_hooks_maxabs.json"
+    stats_path = measured / "fp8" / "inc_output" / "measure_hooks_maxabs.json"
     stats = json.loads(stats_path.read_text())
     stats["hpu_nb"]["pid"] = -1  # as if written by another process
     stats_path.write_text(json.dumps(stats))
@@ -172,7 +176,7 @@ def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process
     with pytest.raises(FileNotFoundError, match="measure_hooks_maxabs.json do not exist"):
         convert_modules(make_model(), inference=True, quant=True, fp8_data_path=fp8_dir)
     cfg = measured / "fp8" / "maxabs_measure.json"
-    with pytest.raises(Fp8InferenceError, match="has mode 'MEASURE', but this step needs mode 'QUANTIZE'"):
+    with pytest.raises(Fp8InferenceError, match="has mode 'MEASURE' .*, but this step needs mode 'QUANTIZE'"):
         os.environ["QUANT_CONFIG"] = str(cfg)
         try:
             convert_modules(make_model(), inference=True, quant=True, fp8_data_path=fp8_dir)
@@ -201,26 +205,195 @@ def test_first_generation_refuses_fp8_inference(tmp_path, monkeypatch) -> None: 
         convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path))
 
 
-def test_gaudi_measure_and_quantize_go_through_inc(make_fake_gaudi, tmp_path, fresh_fp8_process) -> None:  # noqa: ANN001, F811
+def test_gaudi_measure_and_quantize_go_through_inc_while_the_model_is_on_the_device(make_fake_gaudi, tmp_path,
+                                                                                    fresh_fp8_process) -> None:  # noqa: ANN001, F811
     from hpu_nb.core.precision import HPUPrecisionPlugin
     from tests.fake_neural_compressor import install_fake_inc
 
-    make_fake_gaudi()
+    fake = make_fake_gaudi(release="1.21.0")
     with install_fake_inc() as inc:
         plugin = HPUPrecisionPlugin("fp8")
         model = make_model()
         assert plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=str(tmp_path)) is model
         (measure_cfg,) = inc.named("prepare")
-        assert measure_cfg["mode"] == "MEASURE" and measure_cfg["dump_stats_path"] == str(tmp_path / "measure")
-        assert measure_cfg["observer"] == "maxabs" and measure_cfg["allowlist"]["types"] == ["Linear"]
-        plugin.teardown()
+        assert measure_cfg["mode"] == "MEASURE" and measure_cfg["dump_stats_path"] == str(tmp_path / "inc_output" / "measure")
+        assert measure_cfg["observer"] == "maxabs"
+        # Habana's environment is set before INC's prepare, and the prepared model initialised for the graph compiler
+        names = [c.short for c in fake.calls.all() if c.short in ("hpu_set_env", "hpu_initialize")]
+        assert names == ["hpu_set_env", "hpu_initialize"]
+        assert fake.calls.named("hpu_initialize")[0].kwargs == {"mark_only_scales_as_const": True}
+        predict(model, plugin)
         assert inc.named("finalize_calibration") == [model]
+        assert inc.devices_at_finalize == ["hpu:0"]  # written before Lightning's teardown moved the model to the CPU
+        assert (tmp_path / "inc_output" / "measure_hooks_maxabs.json").is_file()  # INC named and wrote it
         assert json.loads((tmp_path / "maxabs_quant.json").read_text())["mode"] == "QUANTIZE"
 
         fresh_fp8_process._measured_in_this_process = False  # as in the fresh process
         HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(tmp_path))
         (quant_cfg,) = inc.named("convert")
-        assert quant_cfg == {**measure_cfg, "mode": "QUANTIZE"}
+        assert quant_cfg == {**measure_cfg, "mode": "QUANTIZE"} and quant_cfg["scale_method"] == "maxabs_hw"
+
+
+# -- configs as Intel Neural Compressor reads them (the ones optimum-habana ships), and malformed ones ------------------
+# The fields of optimum-habana's examples/text-generation/quantization_config/maxabs_measure.json and maxabs_quant.json.
+OPTIMUM_MEASURE = {"method": "HOOKS", "mode": "MEASURE", "observer": "maxabs", "dump_stats_path": "./hqt_output/measure"}
+OPTIMUM_QUANT = {"method": "HOOKS", "mode": "QUANTIZE", "observer": "maxabs", "scale_method": "maxabs_hw",
+                 "dump_stats_path": "./hqt_output/measure"}
+
+
+def test_optimum_habana_quant_configs_are_accepted_and_run(tmp_path, monkeypatch, fresh_fp8_process) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8 import Fp8QuantLinear
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+
+    (tmp_path / "measure.json").write_text(json.dumps(OPTIMUM_MEASURE))
+    (tmp_path / "quant.json").write_text(json.dumps({**OPTIMUM_QUANT, "scale_method": "unit_scale",
+                                                     "blocklist": {"types": [], "names": ["head"]}}))
+    monkeypatch.setenv("QUANT_CONFIG", str(tmp_path / "measure.json"))
+    model = make_model()
+    plugin = HPUPrecisionPlugin("fp8")
+    plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))
+    predict(model, plugin)
+    # the config's relative dump_stats_path is replaced by fp8_data_path's, as lightning-habana did
+    stats_path = tmp_path / "fp8" / "inc_output" / "measure_hooks_maxabs.json"
+    assert not (tmp_path / "hqt_output").exists()
+    stats = json.loads(stats_path.read_text())
+    stats["hpu_nb"]["pid"] = -1  # as if written by another process
+    stats_path.write_text(json.dumps(stats))
+    fresh_fp8_process._measured_in_this_process = False
+    monkeypatch.setenv("QUANT_CONFIG", str(tmp_path / "quant.json"))
+    quantized = make_model()
+    HPUPrecisionPlugin("fp8").convert_modules(quantized, inference=True, quant=True, fp8_data_path=str(tmp_path / "fp8"))
+    layers = {n: m for n, m in quantized.named_modules() if isinstance(m, Fp8QuantLinear)}
+    assert sorted(layers) == ["net.0", "net.2"] and {m.scale_method for m in layers.values()} == {"unit_scale"}
+    assert float(layers["net.0"].input_scale) == 1.0  # unit scale
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ([1, 2], "is a JSON array, not an object of fp8 settings"),
+    ({"mode": "MEASURE", "allowlist": "Linear"}, "allowlist must be an object like"),
+    ({"mode": "MEASURE", "blocklist": {"names": "head"}}, "blocklist.names must be a list of strings"),
+    ({"mode": "MEASURE", "observer": "minmax"}, "observer 'minmax' is not one of Intel Neural Compressor's"),
+    ({"mode": "CALIBRATE"}, "mode 'CALIBRATE' is not one of"),
+    ({"mode": "MEASURE", "dump_stats_path": 3}, "dump_stats_path must be a string path"),
+])
+def test_malformed_configs_are_clear_errors(tmp_path, monkeypatch, fresh_fp8_process, config, words) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    monkeypatch.setenv("QUANT_CONFIG", str(tmp_path / "cfg.json"))
+    with pytest.raises(Fp8InferenceError, match=words) as info:
+        convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path))
+    assert "cfg.json" in str(info.value) or "array" in str(info.value)
+
+
+def test_settings_inc_has_but_the_emulation_lacks_are_refused_by_name(tmp_path, fresh_fp8_process) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    config = {"mode": "MEASURE", "observer": "maxabs_per_channel", "allowlist": {"types": ["Conv2d"]}}
+    with pytest.raises(Fp8InferenceError, match=r"accepts these settings on a Gaudi.*observer 'maxabs_per_channel'"
+                                                 r".*allowlist types \['Conv2d'\]"):
+        convert_modules(make_model(), inference=True, quant=config, fp8_data_path=str(tmp_path))
+    quant = {**OPTIMUM_QUANT, "scale_method": "ACT_MAXABS_POW2_WEIGHTS_PCS_OPT_POW2"}
+    with pytest.raises(Fp8InferenceError, match="scale_method 'act_maxabs_pow2_weights_pcs_opt_pow2'"):
+        convert_modules(make_model(), inference=True, quant=quant, fp8_data_path=str(tmp_path))
+
+
+# -- where the measurements are read from ----------------------------------------------------------------------------
+def test_quantize_reads_the_given_folder_not_the_one_recorded_at_measure_time(measured, fresh_fp8_process) -> None:  # noqa: ANN001
+    moved = measured / "moved"
+    (measured / "fp8").rename(moved)
+    done = run_fresh_from(measured, moved)
+    assert done.returncode == 0, done.stderr[-3000:]  # the moved folder works
+    # an old folder at the recorded place, with different stats, is not read: the given folder's are
+    (measured / "fp8" / "inc_output").mkdir(parents=True)
+    stale = json.loads((moved / "inc_output" / "measure_hooks_maxabs.json").read_text())
+    for node in stale["Nodes"].values():
+        node["inputs"] = [1e-6]
+    (measured / "fp8" / "inc_output" / "measure_hooks_maxabs.json").write_text(json.dumps(stale))
+    again = run_fresh_from(measured, moved)
+    assert json.loads(again.stdout.strip().splitlines()[-1])["relative_error"] == pytest.approx(
+        json.loads(done.stdout.strip().splitlines()[-1])["relative_error"])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, "big", None])
+def test_nan_or_negative_amax_in_measurements_is_refused(measured, fresh_fp8_process, bad) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    fresh_fp8_process._measured_in_this_process = False
+    path = measured / "fp8" / "inc_output" / "measure_hooks_maxabs.json"
+    stats = json.loads(path.read_text())
+    stats["hpu_nb"]["pid"] = -1
+    stats["Nodes"]["net.2"]["inputs"] = [bad]
+    path.write_text(json.dumps(stats))
+    with pytest.raises(Fp8InferenceError, match=r"node 'net.2' has inputs = .*not a finite max-abs >= 0"):
+        convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(measured / "fp8"))
+    path.write_text(json.dumps([stats]))
+    with pytest.raises(Fp8InferenceError, match="is not a max-abs measurement file"):
+        convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(measured / "fp8"))
+
+
+def test_measurements_of_several_cards_are_named_and_found_by_rank(measured, fresh_fp8_process, monkeypatch) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8 import Fp8QuantLinear
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    fresh_fp8_process._measured_in_this_process = False
+    inc_dir = measured / "fp8" / "inc_output"
+    single = inc_dir / "measure_hooks_maxabs.json"
+    stats = json.loads(single.read_text())
+    stats["hpu_nb"]["pid"] = -1
+    for rank in (0, 1):
+        (inc_dir / f"measure_hooks_maxabs_{rank}_2.json").write_text(json.dumps(stats))
+    single.unlink()
+    with pytest.raises(FileNotFoundError, match=r"measure_hooks_maxabs\.json do not exist\. Found instead: "
+                                                r"measure_hooks_maxabs_0_2\.json, measure_hooks_maxabs_1_2\.json"):
+        convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(measured / "fp8"))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    model = convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(measured / "fp8"))
+    assert sum(isinstance(m, Fp8QuantLinear) for m in model.modules()) == 3
+
+
+@pytest.mark.timeout(400)
+def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -> None:  # noqa: ANN001
+    """Measure on 2 cards (Lightning's script launcher), then quantize on 2 cards in new processes."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "MASTER_PORT")}
+    env.update(PYTHONPATH=str(ROOT), HPU_NB_BACKEND="emulated", HPU_NB_DEVICE_COUNT="2")
+    script = ROOT / "tests" / "dist_scripts" / "fp8_predict.py"
+    for step in ("measure", "quantize"):
+        done = subprocess.run([sys.executable, str(script), step, str(tmp_path)], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(p.name for p in (tmp_path / "fp8" / "inc_output").glob("measure_hooks_maxabs*.json"))
+    # as Intel Neural Compressor names them: rank 0 converts before Lightning starts the other rank (no rank known
+    # yet), rank 1 converts knowing it is rank 1 of 2
+    assert files == ["measure_hooks_maxabs.json", "measure_hooks_maxabs_1_2.json"]
+    reports = [json.loads((tmp_path / f"quantized{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["quantized"] for r in reports] == [["head", "net.0", "net.2"]] * 2
+    assert all(1e-3 < r["relative_error"] < 0.06 for r in reports)
+
+
+def test_fp8_layers_take_a_batch_of_no_rows(measured, fresh_fp8_process) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8 import DelayedScaling, Fp8Linear, Fp8QuantLinear, emulated_fp8_autocast
+
+    layer = Fp8QuantLinear(torch.nn.Linear(64, 8), input_amax=3.0, scale_method="maxabs_hw")
+    out = layer(torch.zeros(0, 64))
+    assert out.shape == (0, 8) and out.dtype == torch.bfloat16
+    assert torch.nn.Linear(64, 8)(torch.zeros(0, 64)).shape == (0, 8)  # as a plain Linear does
+    training = Fp8Linear(torch.nn.Linear(64, 8), DelayedScaling())
+    with emulated_fp8_autocast(enabled=True):
+        x = torch.zeros(0, 64, requires_grad=True)
+        y = training(x)
+        y.sum().backward()
+    assert y.shape == (0, 8) and x.grad.shape == (0, 64)
+
+
+def run_fresh_from(directory: Path, fp8_dir: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HPU_NB_BACKEND="emulated")
+    return subprocess.run([sys.executable, __file__, "quantize", str(directory), str(fp8_dir)], capture_output=True,
+                          text=True, env=env, timeout=180)
 
 
 from tests.fake_habana.fixture import make_fake_gaudi  # noqa: E402, F401
@@ -228,4 +401,4 @@ from tests.fake_habana.fixture import make_fake_gaudi  # noqa: E402, F401
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["quantize"]:
-        print(json.dumps(quantize_in_this_process(Path(sys.argv[2]))))
+        print(json.dumps(quantize_in_this_process(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)))

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from hpu_nb.core.fp8 import DelayedScaling, Format, Fp8Linear, convert_modules, emulated_fp8_autocast, matmul_path
-from hpu_nb.core.fp8.numerics import dequantize, fp8_max, quantize, relative_error, scale_from_amax
+from hpu_nb.runtime.fp8.numerics import dequantize, fp8_max, quantize, relative_error, scale_from_amax
 from hpu_nb.core.precision import HPUPrecisionPlugin, UnsupportedPrecisionError
 from tests.fake_habana.fixture import fake_gaudi, make_fake_gaudi  # noqa: F401
 from tests.models import quiet_trainer_kwargs
@@ -143,12 +143,16 @@ def test_convert_modules_needs_fp8_precision() -> None:
         HPUPrecisionPlugin("bf16-mixed").convert_modules(torch.nn.Linear(4, 4), replace_layers=True)
 
 
-def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(fake_gaudi) -> None:  # noqa: F811
+@pytest.mark.parametrize(("release", "te_module"), [
+    ("1.18.0", "habana_frameworks.torch.hpex.experimental.transformer_engine"),
+    ("1.21.0", "intel_transformer_engine"),  # the shim: the classes are Intel's
+])
+def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(make_fake_gaudi, release, te_module) -> None:  # noqa: F811
+    fake_gaudi = make_fake_gaudi(release=release)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4, bias=False))
     weights = [model[0].weight.detach().clone(), model[2].weight.detach().clone()]
     plugin = HPUPrecisionPlugin("fp8")
     plugin.convert_modules(model, replace_layers=True, recipe=DelayedScaling(margin=2, amax_history_len=8))
-    te_module = "habana_frameworks.torch.hpex.experimental.transformer_engine"
     assert type(model[0]).__module__ == te_module and type(model[2]).__module__ == te_module
     assert torch.equal(model[0].weight, weights[0]) and torch.equal(model[2].weight, weights[1])
     assert model[2].bias is None
@@ -166,11 +170,11 @@ def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(fake_gau
     assert isinstance(sent, te_recipe.DelayedScaling)
     assert (sent.margin, sent.amax_history_len, sent.fp8_format) == (2, 8, te_recipe.Format.HYBRID)
     assert out.dtype == torch.bfloat16
-    plugin.convert_modules(model, replace_layers=True)  # already te modules: left alone
+    plugin.convert_modules(model, replace_layers=True)  # already te modules (found with isinstance): left alone
     assert fake_gaudi.calls.count("Linear.__init__") == 2
 
 
 def test_first_generation_gaudi_refuses_fp8(make_fake_gaudi) -> None:  # noqa: F811
-    make_fake_gaudi(device_name="GAUDI")
+    make_fake_gaudi(device_name="GAUDI", release="1.21.0")
     with pytest.raises(UnsupportedPrecisionError, match="GAUDI"):
         HPUPrecisionPlugin("fp8")

@@ -86,23 +86,54 @@ def test_probe_never_raises_when_habana_itself_fails(fake_gaudi: FakeHabana, mon
 
 
 # -- what we ask of Habana -----------------------------------------------------------------------------------
-def test_mark_step_runs_the_graph_in_lazy_mode(fake_gaudi: FakeHabana) -> None:  # noqa: F811
+def test_selecting_and_describing_the_gaudi_acquires_no_card(make_fake_gaudi) -> None:  # noqa: F811
+    """probe, generation, name, count, fp16 / fp8 support: all read without acquiring a card (a launcher must not)."""
+    fake = make_fake_gaudi(device_name="GAUDI3", device_count=4)
     backend = get_backend()
-    fake_gaudi.calls.clear()
-    for _ in range(3):
-        backend.mark_step()
-    steps = fake_gaudi.calls.named("habana_frameworks.torch.core.mark_step")
-    assert len(steps) == 3 and all(c.args == () and c.kwargs == {} for c in steps)
-    assert backend.is_lazy() and fake_gaudi.calls.count("core.is_lazy") >= 3  # Habana decides, not us
+    assert backend.describe() == "Intel Gaudi: 4 x GAUDI3" and backend.generation().key == "gaudi3"
+    assert backend.fp8_support() == (True, "") and backend.device_name() == "GAUDI3"
+    assert fake.acquisitions() == [] and not backend.device_acquired()
+    assert fake.calls.count("get_device_name") == 0 and fake.calls.count("_get_device_type") >= 1
+    backend.memory_stats()  # using the device does acquire this process's card
+    assert [a["pid"] for a in fake.acquisitions()] == [os.getpid()] and backend.device_acquired()
 
 
-def test_mark_step_is_not_called_in_eager_mode(fake_gaudi: FakeHabana, monkeypatch) -> None:  # noqa: F811
-    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
-    backend = get_backend()
-    for _ in range(3):
-        backend.mark_step()
-    assert not backend.is_lazy()
-    assert fake_gaudi.calls.count("mark_step") == 0 and fake_gaudi.calls.count("core.is_lazy") >= 3
+def test_generation_without_habanas_device_type_comes_from_the_machine_tools(make_fake_gaudi, fake_hlsmi,
+                                                                             monkeypatch) -> None:  # noqa: F811
+    fake = make_fake_gaudi(device_name="GAUDI3")
+    fake_hlsmi.generation = "gaudi3"
+    fake_hlsmi.write()
+    import habana_frameworks.torch.utils.experimental as htexp
+
+    monkeypatch.delattr(htexp, "_get_device_type")  # an older release, or a driver that cannot say
+    assert get_backend().generation().key == "gaudi3"
+    assert fake.acquisitions() == [] and fake_hlsmi.invocations()[0][0] == "-Q"
+
+
+def test_release_decides_lazy_mode_and_mark_step_placement() -> None:
+    for release, lazy in (("1.18.0", True), ("1.21.0", False)):
+        with install_fake_habana(release=release) as fake:
+            backend = get_backend()
+            fake.calls.clear()
+            for _ in range(3):
+                backend.mark_step()
+            assert backend.is_lazy() is lazy and str(backend.release()) == release[:4]
+            assert fake.calls.count("core.mark_step") == (3 if lazy else 0)
+            assert fake.calls.count("is_lazy") >= 3  # Habana decides, not us
+
+
+@pytest.mark.parametrize("value", ["false", "2", "off", "-1"])
+def test_a_lazy_mode_other_than_0_or_1_is_refused_on_a_gaudi(make_fake_gaudi, monkeypatch, value) -> None:  # noqa: F811
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", value)
+    make_fake_gaudi(release="1.21.0")
+    with pytest.raises(ValueError, match=rf"PT_HPU_LAZY_MODE='{value}' is not a Gaudi execution mode"):
+        get_backend()
+
+
+def test_first_generation_gaudi_with_a_release_that_dropped_it_is_refused(make_fake_gaudi) -> None:  # noqa: F811
+    fake = make_fake_gaudi(backend=None, device_name="GAUDI", release="1.22.0")
+    found, reason = probe_gaudi()
+    assert not found and "no longer supports first-generation Gaudi" in reason and fake.acquisitions() == []
 
 
 def test_memory_stats_come_from_habana_for_the_device(make_fake_gaudi) -> None:  # noqa: F811
@@ -110,6 +141,7 @@ def test_memory_stats_come_from_habana_for_the_device(make_fake_gaudi) -> None: 
 
     fake = make_fake_gaudi(device_count=2, memory_limit=1000 * MiB)
     backend = get_backend()
+    backend.synchronize()
     hpu_device.fresh_card()
     first = torch.empty(300 * MiB, dtype=torch.uint8, device="hpu")
     second = torch.empty(500 * MiB, dtype=torch.uint8, device="hpu")
@@ -132,8 +164,8 @@ def test_memory_stats_come_from_habana_for_the_device(make_fake_gaudi) -> None: 
     del second
 
 
-def test_generation_comes_from_the_device_name(make_fake_gaudi) -> None:  # noqa: F811
-    make_fake_gaudi(device_name="GAUDI")
+def test_generation_comes_from_habanas_device_type(make_fake_gaudi) -> None:  # noqa: F811
+    make_fake_gaudi(device_name="GAUDI", release="1.21.0")
     generation = get_backend().generation()
     assert (generation.key, generation.supports_fp16, generation.supports_fp8) == ("gaudi", False, False)
 
@@ -143,8 +175,18 @@ def test_synchronize_and_metrics_go_to_habana(fake_gaudi: FakeHabana) -> None:  
     backend.synchronize()
     assert fake_gaudi.calls.count("hpu.synchronize") == 1
     fake_gaudi.set_metric("graph_compilation", TotalNumber=7, TotalTime=1234)
-    metrics = backend.metrics(("graph_compilation", "no_such_metric"))
-    assert metrics == {"graph_compilation": {"TotalNumber": 7, "TotalTime": 1234}}
+    metrics = backend.metrics(("graph_compilation", "recipe_cache", "no_such_metric"))
+    assert metrics == {"graph_compilation": {"TotalNumber": 7, "TotalTime": 1234, "AvgTime": 0}}  # None: left out
+
+
+def test_old_op_list_variables_warn_once_naming_the_new_ones(make_fake_gaudi, tmp_path, monkeypatch) -> None:  # noqa: F811
+    (tmp_path / "ops.txt").write_text("exp\n")
+    monkeypatch.setenv("LOWER_LIST", str(tmp_path / "ops.txt"))
+    make_fake_gaudi(release="1.21.0")
+    with pytest.warns(UserWarning, match="LOWER_LIST is not read by Gaudi software 1.21 .*"
+                                         "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST") as record:
+        get_backend()
+    assert len([w for w in record if "LOWER_LIST" in str(w.message)]) == 1
 
 
 # -- versions and device facts -------------------------------------------------------------------------------
@@ -153,7 +195,7 @@ def test_versions_from_hl_smi_are_read_once(fake_gaudi: FakeHabana, fake_hlsmi: 
     assert fake_hlsmi.invocations() == []  # nothing runs until asked
     versions = backend.versions()
     assert (versions.habana_frameworks, versions.synapseai, versions.firmware, versions.driver) == (
-        "1.17.2.1", "1.17.2", "51.5.1.0", "1.17.2-4ab2e36")
+        "1.22.0", "1.17.2", "51.5.1.0", "1.17.2-4ab2e36")  # the plugin distribution; hl-smi for the rest
     assert versions.torch == torch.__version__ and versions.extra == {}
     assert backend.versions() is versions
     assert fake_hlsmi.invocations() == [["-v"], ["-L"]]
@@ -166,7 +208,7 @@ def test_versions_degrade_without_a_working_hl_smi(fake_gaudi, fake_hlsmi, mode)
     start = time.monotonic()
     versions = get_backend().versions()
     assert time.monotonic() - start < 0.5 + 1.0
-    assert versions.habana_frameworks == "1.17.2.1" and versions.synapseai == "1.17.2"  # from the plugin version
+    assert versions.habana_frameworks == "1.22.0" and versions.synapseai == "1.22.0"  # from the plugin version
     assert versions.firmware is None and versions.driver is None
     assert versions.extra["hl-smi"] and "habana_frameworks" in versions.extra["synapseai from"]
     assert fake_hlsmi.invocations() == ([] if mode == "missing" else [["-v"]])  # -L not asked after -v failed
@@ -196,15 +238,18 @@ def test_device_facts_fall_back_to_the_runtime(make_fake_gaudi, fake_hlsmi, mode
     from hpu_nb.runtime import hpu_device
 
     fake = make_fake_gaudi(device_count=3)
-    get_backend()
-    hpu_device.fresh_card()
-    held = torch.empty(64 * MiB, dtype=torch.uint8, device="hpu")  # noqa: F841 (on this process's card)
     fake_hlsmi.mode = mode
     backend = get_backend()
     start = time.monotonic()
     facts = backend.device_facts(timeout=0.5)
     assert time.monotonic() - start < 0.5 + 1.0
     assert [(f.index, f.name, f.source) for f in facts] == [(i, "GAUDI2", "runtime") for i in range(3)]
+    assert facts[0].memory_total is None and fake.acquisitions() == []  # reading memory would acquire a card
+    backend._facts = None
+    backend.synchronize()  # this process now holds its card: its memory is known
+    hpu_device.fresh_card()
+    held = torch.empty(64 * MiB, dtype=torch.uint8, device="hpu")  # noqa: F841 (on this process's card)
+    facts = backend.device_facts(timeout=0.5)
     assert (facts[0].memory_total, facts[0].memory_used) == (fake.config.limit(), 64 * MiB)
     assert facts[1].memory_total is None  # only this process's card is known to the runtime
     assert backend.facts_reasons["hl-smi"]
@@ -223,115 +268,6 @@ def test_hanging_pyhlml_is_abandoned_at_the_timeout(make_fake_gaudi, fake_hlsmi)
     assert time.monotonic() - start < 0.3 + 1.0
     assert facts[0].source == "hl-smi"
     assert "did not answer within 0.3 s" in get_backend().facts_reasons["pyhlml"]
-
-
-# -- the fake itself keeps to the contract (habana_api.md) ---------------------------------------------------
-def test_fake_modules_names_and_signatures(fake_gaudi: FakeHabana) -> None:  # noqa: F811
-    import habana_frameworks.torch.core as htcore
-    import habana_frameworks.torch.hpu as hthpu
-
-    assert hthpu.hpu is hthpu and hthpu.memory_stats.__module__ == "habana_frameworks.torch.hpu"
-    assert htcore.mark_step.__module__ == "habana_frameworks.torch.core"
-    assert str(inspect.signature(htcore.mark_step)) == "(device_str='', sync=False)"
-    assert torch.hpu is hthpu  # importing core registered the hpu device module
-    assert hthpu.metrics.metric_global("cpu_fallback").stats() == [("TotalNumber", 0), ("TotalTime", 0)]
-    free, total = hthpu.mem_get_info()
-    assert (free, total) == (fake_gaudi.config.limit(), fake_gaudi.config.limit())
-    with pytest.raises(AssertionError, match="Invalid device id 8"):
-        hthpu.memory_stats("hpu:8")
-
-
-def test_fake_install_is_undone(tmp_path) -> None:
-    from hpu_nb.runtime.emulated_habana import is_emulated_module
-
-    original = torch.profiler.ProfilerActivity
-    emulated_before = {name for name, module in sys.modules.items()
-                       if name.startswith("habana_frameworks") and is_emulated_module(module)}
-    hpu_before = getattr(torch, "hpu", None)
-    hccl_before = "hccl" in torch.distributed.Backend.backend_list  # the emulated HCCL, when the device was loaded
-    with install_fake_habana():
-        import habana_frameworks.torch  # noqa: F401
-        import habana_frameworks.torch.core  # noqa: F401
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
-        assert [a.name for a in torch.profiler.ProfilerActivity] == ["CPU", "CUDA", "HPU"]
-        assert torch.profiler.ProfilerActivity.__module__ == "habana_frameworks.torch"
-        assert "hccl" in torch.distributed.Backend.backend_list and os.environ["HPU_NB_BACKEND"] == "gaudi"
-    assert torch.profiler.ProfilerActivity is original
-    assert getattr(torch, "hpu", None) is hpu_before  # the emulated torch.hpu imported before the fake, or none
-    assert ("hccl" in torch.distributed.Backend.backend_list) == hccl_before and "HPU_NB_BACKEND" not in os.environ
-    # no module of the fake is left; the emulated surface imported before it is back
-    assert {name for name in sys.modules if name.startswith("habana_frameworks")} == emulated_before
-    assert is_emulated_module(importlib.import_module("habana_frameworks"))  # no Gaudi software: the emulated one
-
-
-def test_fake_reaches_a_child_process(make_fake_gaudi) -> None:  # noqa: F811
-    import subprocess
-
-    fake = make_fake_gaudi(device_count=2, device_name="GAUDI3")
-    code = "import habana_frameworks.torch.hpu as h; print(h.device_count(), h.get_device_name(), h.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], env=fake.subprocess_env(), capture_output=True, text=True,
-                         timeout=60, check=True).stdout.split()
-    assert out[:2] == ["2", "GAUDI3"] and out[2].startswith(str(Path(__file__).parent / "fake_habana"))
-
-
-def test_fake_initialize_distributed_hpu_binds_the_card(fake_gaudi: FakeHabana, monkeypatch) -> None:  # noqa: F811
-    from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu
-
-    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5,6,7")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    assert initialize_distributed_hpu(rank=2, local_rank=2) == (4, 2, 2)
-    assert "import habana_frameworks.torch.distributed.hccl" in fake_gaudi.calls.names()
-    (call,) = fake_gaudi.calls.named("initialize_distributed_hpu")
-    assert call.kwargs == {"rank": 2, "local_rank": 2}
-    assert [os.environ[k] for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")] == [
-        "4", "2", "2", "2", "6"]
-
-
-def test_fake_hccl_process_group_really_reduces(fake_gaudi: FakeHabana) -> None:  # noqa: F811
-    import torch.distributed as dist
-
-    import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
-    dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=20))
-    try:
-        assert dist.get_backend() == "hccl"
-        value = torch.tensor([1.5, -2.0], device="hpu")
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        assert value.device.type == "hpu" and value.tolist() == [1.5, -2.0]
-        dist.all_reduce(value, op=dist.ReduceOp.AVG)
-        assert value.tolist() == [1.5, -2.0]
-        with pytest.raises(RuntimeError, match="HCCL collectives take hpu tensors.*move it to the device"):
-            dist.all_reduce(torch.tensor([1.0]))  # as on a Gaudi: HCCL is registered for hpu only
-    finally:
-        dist.destroy_process_group()
-
-
-def test_fake_transformer_engine_rounds_through_fp8(fake_gaudi: FakeHabana) -> None:  # noqa: F811
-    te = get_backend().transformer_engine()
-    torch.manual_seed(0)
-    layer = te.Linear(64, 32)
-    x = torch.randn(16, 64)
-    exact = torch.nn.functional.linear(x, layer.weight, layer.bias)
-    assert torch.equal(layer(x), exact) and not te.fp8.FP8GlobalStateManager.is_fp8_enabled()
-    recipe = te.recipe.DelayedScaling(margin=0, interval=1, fp8_format=te.recipe.Format.HYBRID)
-    with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
-        assert te.fp8.FP8GlobalStateManager.is_fp8_enabled()
-        out = layer(x)
-    assert not te.fp8.FP8GlobalStateManager.is_fp8_enabled()
-    assert out.dtype == torch.bfloat16
-    error = ((out.float() - exact).norm() / exact.norm()).item()
-    assert 1e-3 < error < 0.1  # fp8 rounding happened, and the result is still the same layer
-    assert fake_gaudi.calls.count("fp8_autocast") == 1 and fake_gaudi.calls.count("Linear.__init__") == 1
-
-
-def test_fake_refuses_fp8_on_first_generation_gaudi(make_fake_gaudi) -> None:  # noqa: F811
-    make_fake_gaudi(device_name="GAUDI")
-    te = get_backend().transformer_engine()
-    with pytest.raises(RuntimeError, match="Gaudi2 or newer"):
-        with te.fp8_autocast(enabled=True):
-            pass
 
 
 def test_emulated_hccl_moves_fp8_tensors_exactly() -> None:

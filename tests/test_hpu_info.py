@@ -124,11 +124,22 @@ def test_gaudi_with_hanging_hlsmi_respects_the_timeout(make_fake_gaudi, fake_hls
     make_fake_gaudi(device_count=2, device_name="GAUDI2")
     fake_hlsmi.device_count = 2
     fake_hlsmi.mode = "hanging"
-    info = collect_info(timeout=0.5)  # (a hang would be stopped by pytest-timeout)
+    info = collect_info(timeout=0.5)  # the hung tool is stopped at the timeout (tests/test_hlsmi.py checks it)
     assert not info.is_emulated and info.backend == "gaudi"
     assert [d.source for d in info.devices] == ["runtime", "runtime"]  # hl-smi was given up on: the runtime's facts
     text = render_text(info)
     assert text.startswith("Intel Gaudi: 2 x GAUDI2") and "emulated" not in text.splitlines()[0]
+
+
+def test_gaudi_info_acquires_no_card_and_says_the_release_and_mode(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: ANN001, F811
+    """%hpu_info in a kernel must not take a card: the kernel could then not fork multi-card workers."""
+    fake = make_fake_gaudi(device_count=2, release="1.21.0")
+    info = collect_info(timeout=5)
+    assert fake.acquisitions() == [] and not get_backend().device_acquired()
+    assert info.devices[0].memory_peak is None  # this process's own counters are read only once it holds its card
+    assert (info.release, info.lazy_mode, info.compile_backend) == ("1.21", False, "hpu_backend")
+    get_backend().memory_stats()  # now it holds one
+    assert collect_info(timeout=5).devices[0].memory_peak is not None and len(fake.acquisitions()) == 1
 
 
 def test_gaudi_facts_from_hlsmi(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: ANN001, F811

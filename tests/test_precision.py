@@ -56,12 +56,14 @@ def test_trainer_bf16_mixed_gets_the_plugin_and_linear_runs_in_bf16() -> None:
     assert model.layer.weight.dtype == torch.float32  # master weights stay fp32
 
 
-def test_fp32_list_keeps_the_linear_output_float32_in_training_step(tmp_path, monkeypatch) -> None:
-    ops = tmp_path / "fp32_ops.txt"
-    ops.write_text("linear\n")
-    monkeypatch.setenv("FP32_LIST", str(ops))
+def test_op_list_arguments_keep_the_linear_output_float32_in_training_step(tmp_path) -> None:
+    (tmp_path / "lower.txt").write_text("mm\n")  # replaces Habana's default lower list, which names linear
+    (tmp_path / "fp32.txt").write_text("linear\n")
+    with pytest.warns(UserWarning, match="a Gaudi reads them only when Habana's software loads"):
+        plugin = HPUPrecisionPlugin("bf16-mixed", lower_list=str(tmp_path / "lower.txt"),
+                                    fp32_list=str(tmp_path / "fp32.txt"))
     model = LinearModel(FEATURES)
-    fit(model, precision="bf16-mixed")
+    fit(model, plugins=[plugin])
     assert set(model.seen_dtypes) == {torch.float32}
 
 
@@ -141,9 +143,10 @@ def test_seed_arguments_bf16_and_fp32_file_paths(tmp_path) -> None:
             bf16_file_path=str(tmp_path / "bf16.txt"), fp32_file_path=str(tmp_path / "fp32.txt"),
         )
     assert plugin.op_lists.lower_ops == {"softmax"} and plugin.op_lists.fp32_ops == {"linear"}
+    x = torch.randn(2, 4, device="hpu")
     with plugin.forward_context():
-        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float32
-        assert torch.softmax(torch.randn(2, 4), -1).dtype == torch.bfloat16
+        assert torch.nn.Linear(4, 4).to("hpu")(x).dtype == torch.float32
+        assert torch.softmax(x, -1).dtype == torch.bfloat16
 
 
 def test_hmp_params_are_read_with_a_deprecation(tmp_path) -> None:
@@ -163,25 +166,32 @@ def test_bad_op_list_fails_at_plugin_creation(tmp_path) -> None:
         HPUPrecisionPlugin("bf16-mixed", fp32_list=["lineer"])
 
 
-def test_no_lists_means_no_function_mode() -> None:
+def test_the_plugin_adds_no_function_mode_the_device_applies_the_lists() -> None:
     from torch.overrides import _get_current_function_mode_stack
 
     with HPUPrecisionPlugin("bf16-mixed").forward_context():
         assert _get_current_function_mode_stack() == []
-    with HPUPrecisionPlugin("bf16-mixed", fp32_list=["linear"]).forward_context():
-        assert len(_get_current_function_mode_stack()) == 1
+    with pytest.warns(UserWarning):
+        plugin = HPUPrecisionPlugin("bf16-mixed", lower_list=["mm"], fp32_list=["linear"])
+    with plugin.forward_context():
+        assert _get_current_function_mode_stack() == []
 
 
-def test_on_a_gaudi_autocast_targets_hpu_and_env_lists_are_left_to_habana(fake_gaudi, tmp_path, monkeypatch) -> None:  # noqa: F811
+def test_on_a_gaudi_autocast_targets_hpu_and_late_op_lists_are_refused(fake_gaudi, tmp_path) -> None:  # noqa: F811
     assert autocast_device_type() == "hpu"
-    ops = tmp_path / "fp32.txt"
-    ops.write_text("linear\n")
-    monkeypatch.setenv("FP32_LIST", str(ops))
-    from torch.overrides import _get_current_function_mode_stack
-
     with HPUPrecisionPlugin("bf16-mixed").forward_context():
         assert torch.is_autocast_enabled("hpu") and torch.get_autocast_dtype("hpu") == torch.bfloat16
         assert not torch.is_autocast_enabled("cpu")
-        assert _get_current_function_mode_stack() == []  # Habana reads FP32_LIST itself
-    with HPUPrecisionPlugin("bf16-mixed", fp32_list=["matmul"]).forward_context():
-        assert len(_get_current_function_mode_stack()) == 1  # argument lists are ours to apply
+    # Habana read its op lists when it loaded: a plugin cannot change them in this process (rank 0 would train with
+    # other lists than the workers it starts)
+    with pytest.raises(RuntimeError, match="before PT_HPU_AUTOCAST_FP32_OPS_LIST=.* was set"):
+        HPUPrecisionPlugin("bf16-mixed", fp32_list=["matmul"])
+
+
+def test_on_a_gaudi_op_lists_set_before_start_are_in_force(make_fake_gaudi, tmp_path, monkeypatch) -> None:  # noqa: F811
+    ops = tmp_path / "fp32.txt"
+    ops.write_text("cumsum\n")
+    monkeypatch.setenv("PT_HPU_AUTOCAST_FP32_OPS_LIST", str(ops))
+    make_fake_gaudi(release="1.21.0")
+    plugin = HPUPrecisionPlugin("bf16-mixed", fp32_list=str(ops))  # the same file Habana read: nothing to refuse
+    assert plugin.op_lists.fp32_ops == {"cumsum"}

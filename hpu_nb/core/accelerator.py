@@ -50,10 +50,7 @@ class HPUAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         """All Gaudi cards on a Gaudi; one emulated card unless HPU_NB_DEVICE_COUNT asks for more."""
-        backend = get_backend()
-        if backend.is_emulated and not backend.device_count_is_explicit:
-            return 1
-        return backend.device_count()
+        return get_backend().auto_device_count()
 
     @staticmethod
     def is_available() -> bool:
@@ -61,6 +58,8 @@ class HPUAccelerator(Accelerator):
 
     @staticmethod
     def get_device_name() -> str:
+        """The generation's name, read without acquiring a card (safe in a launcher process, unlike Habana's
+        get_device_name())."""
         backend = get_backend()
         return backend.device_name() + (" (emulated)" if backend.is_emulated else "")
 
@@ -86,19 +85,13 @@ class HPUAccelerator(Accelerator):
 
 
 def is_fp8_available() -> tuple[bool, str]:
-    """(available, reason): fp8 needs Gaudi2 or newer."""
-    gen = get_backend().generation()
-    if gen.supports_fp8:
-        return True, ""
-    return False, f"fp8 is not supported on {gen.device_name}: it needs Gaudi2 or newer."
+    """(available, reason): fp8 needs Gaudi2 or newer (the rule lives in hpu_nb.runtime.generations)."""
+    return get_backend().fp8_support()
 
 
 def is_fp16_available() -> tuple[bool, str]:
-    """(available, reason): fp16 needs Gaudi2 or newer."""
-    gen = get_backend().generation()
-    if gen.supports_fp16:
-        return True, ""
-    return False, f"fp16 is not supported on {gen.device_name}: it needs Gaudi2 or newer."
+    """(available, reason): fp16 needs Gaudi2 or newer (the rule lives in hpu_nb.runtime.generations)."""
+    return get_backend().fp16_support()
 
 
 def _device_index(device: _DEVICE) -> int:

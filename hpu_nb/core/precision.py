@@ -1,10 +1,12 @@
 """HPUPrecisionPlugin: mixed precision on Gaudi, real or emulated: autocast on "hpu" with Habana's op lists.
 
 Precisions: "32-true" ("32"), "bf16-mixed" ("bf16"), "16-mixed" and "fp8" (the last two from Gaudi2 on).
-Operator lists (LOWER_LIST / FP32_LIST files, or plugin arguments) are applied by hpu_nb.core.oplists.
-fp8 training and fp8 inference (measure, then quantize) live in hpu_nb.core.fp8.
+Operator lists are Habana's: files named by the variables the installed release reads, applied by the device's
+autocast (hpu_nb.core.oplists; the plugin's lower_list= / fp32_list= set them). fp8 training and fp8 inference
+(measure, then quantize) live in hpu_nb.core.fp8.
 
-Reusable pieces for other precision plugins (e.g. the DeepSpeed one): `validate_precision`, `autocast_context`,
+This module is the one home of the precision names (`PRECISION_ALIASES`); the DeepSpeed and FSDP plugins read it.
+Reusable pieces for other precision plugins: `unify_precision`, `validate_precision`, `autocast_context`,
 `hpu_autocast`, `autocast_device_type`, and `hpu_nb.core.fp8.convert_modules` / `finalize_measurements`.
 """
 
@@ -13,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Any, Generator, Iterator, Mapping, Optional, Union
+from typing import Any, Generator, Mapping, Optional, Union
 
 import torch
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-from hpu_nb.core.oplists import OpLists, OpListMode, OpListSource, load_op_lists
+from hpu_nb.core.oplists import OpListSource, apply_op_lists, load_op_lists, shadowed_fp32_ops
 from hpu_nb.runtime import get_backend
 
 __all__ = [
@@ -30,20 +32,33 @@ __all__ = [
     "autocast_device_type",
     "autocast_dtype",
     "hpu_autocast",
+    "unify_precision",
     "validate_precision",
 ]
 
-# what users may write -> Lightning's unified name
-_ALIASES = {
+# What users may write -> Lightning's unified name: the one table for every HPU precision plugin. "16" is Lightning's
+# shorthand for "16-mixed"; HPUPrecisionPlugin refuses it as ambiguous (HMP meant bfloat16 by it): see validate_precision.
+PRECISION_ALIASES = {
     "32-true": "32-true",
     "32": "32-true",
     "bf16-mixed": "bf16-mixed",
     "bf16": "bf16-mixed",
     "16-mixed": "16-mixed",
+    "16": "16-mixed",
     "fp8": "fp8",
+    "bf16-true": "bf16-true",
+    "16-true": "16-true",
 }
-PRECISION_CHOICES = tuple(_ALIASES)
+PLUGIN_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8")  # what HPUPrecisionPlugin runs
+PRECISION_CHOICES = tuple(alias for alias, name in PRECISION_ALIASES.items() if name in PLUGIN_PRECISIONS and alias != "16")
 _HMP_KEYS = ("level", "verbose", "bf16_ops", "fp32_ops")
+
+
+def unify_precision(precision: Any) -> Optional[str]:
+    """Lightning's unified name for what a user wrote ("bf16" -> "bf16-mixed", 32 -> "32-true"), or None."""
+    if isinstance(precision, bool) or not isinstance(precision, (str, int)):
+        return None
+    return PRECISION_ALIASES.get(str(precision).strip())
 
 
 class UnsupportedPrecisionError(ValueError):
@@ -61,16 +76,15 @@ def validate_precision(precision: Any, *, check_device: bool = True) -> str:
             f"precision={precision!r} is ambiguous on HPU: older Lightning/HMP meant bfloat16 by 16. "
             "Use 'bf16-mixed' for bfloat16 or '16-mixed' for float16 (Gaudi2 and newer)."
         )
-    if text not in _ALIASES:
+    unified = unify_precision(precision)
+    if unified not in PLUGIN_PRECISIONS:
         raise ValueError(
             f"HPUPrecisionPlugin(precision={precision!r}) is not supported. Choose one of: "
             f"{', '.join(PRECISION_CHOICES)}."
         )
-    unified = _ALIASES[text]
     if check_device:
-        from hpu_nb.core.accelerator import is_fp8_available, is_fp16_available
-
-        check = {"16-mixed": is_fp16_available, "fp8": is_fp8_available}.get(unified)
+        backend = get_backend()
+        check = {"16-mixed": backend.fp16_support, "fp8": backend.fp8_support}.get(unified)
         if check is not None:
             ok, reason = check()
             if not ok:
@@ -90,49 +104,27 @@ def autocast_dtype(precision: str) -> Optional[torch.dtype]:
 
 
 @contextlib.contextmanager
-def _op_list_mode(lists: Optional[OpLists], device_type: str, verbose: bool = False) -> Iterator[Optional[OpListMode]]:
-    if not lists:
-        yield None
-        return
-    with OpListMode(lists, device_type, verbose=verbose) as mode:
-        yield mode
-
-
-@contextlib.contextmanager
 def hpu_autocast(
     dtype: torch.dtype = torch.bfloat16,
     enabled: bool = True,
     *,
-    op_lists: Optional[OpLists] = None,
     cache_enabled: Optional[bool] = None,
 ) -> Generator[None, None, None]:
-    """torch.autocast on the right device type for this backend, so one model code runs on Gaudi and emulated.
+    """torch.autocast on the device type of the HPU ("hpu", on a Gaudi and on the emulated Gaudi alike).
 
-    Works as a context manager and as a decorator. `op_lists` (from hpu_nb.core.oplists.load_op_lists) forces
-    listed ops to the lower dtype / fp32 inside the block.
+    Works as a context manager and as a decorator. The op lists in force are the device's (hpu_nb.core.oplists).
     """
-    device_type = autocast_device_type()
-    with torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled):
-        with _op_list_mode(op_lists, device_type):
-            yield
+    with torch.autocast(autocast_device_type(), dtype=dtype, enabled=enabled, cache_enabled=cache_enabled):
+        yield
 
 
 @contextlib.contextmanager
-def autocast_context(
-    precision: str,
-    *,
-    op_lists: Optional[OpLists] = None,
-    recipe: Any = None,
-    verbose: bool = False,
-) -> Generator[None, None, None]:
-    """The forward context for a unified precision: autocast (+ op lists) (+ fp8 for "fp8"), right for the backend."""
-    device_type = autocast_device_type()
+def autocast_context(precision: str, *, recipe: Any = None) -> Generator[None, None, None]:
+    """The forward context for a unified precision: autocast on "hpu" (+ fp8 for "fp8"); cached casts are off on HPU."""
     dtype = autocast_dtype(precision)
     with contextlib.ExitStack() as stack:
         if dtype is not None:
-            stack.enter_context(torch.autocast(device_type, dtype=dtype, cache_enabled=False))
-        # Lists also act on a user's own torch.autocast block under "32-true", as Habana's env lists do.
-        stack.enter_context(_op_list_mode(op_lists, device_type, verbose))
+            stack.enter_context(torch.autocast(autocast_device_type(), dtype=dtype, cache_enabled=False))
         if precision == "fp8":
             from hpu_nb.core.fp8 import fp8_autocast
 
@@ -148,7 +140,9 @@ class HPUPrecisionPlugin(Precision):
         device: kept for lightning-habana compatibility; autocast always uses the backend's device type.
         recipe: fp8 recipe (hpu_nb.core.fp8.DelayedScaling, Habana's te.recipe.DelayedScaling, or a dict).
         replace_layers: with precision="fp8", convert_modules() swaps nn.Linear for fp8 layers.
-        lower_list / fp32_list: op-list file path or op names; default: the LOWER_LIST / FP32_LIST files.
+        lower_list / fp32_list: op-list file path or op names, replacing Habana's default list (the device reads the
+            variables PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST / PT_HPU_AUTOCAST_FP32_OPS_LIST; on a Gaudi, set them
+            before Python starts instead: Habana reads them when it loads).
         bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: seed (HMP) arguments, still read.
     """
 
@@ -182,11 +176,8 @@ class HPUPrecisionPlugin(Precision):
             )
         self.verbose = bool(verbose)
         self.op_lists = load_op_lists(lower_list, fp32_list)
-        for note in self.op_lists.notes:
-            if get_backend().is_emulated:
-                rank_zero_warn(note)
-        if self.verbose and self.op_lists:
-            rank_zero_info(f"HPUPrecisionPlugin({self.precision!r}): autocast {self.op_lists!r}")
+        if self.op_lists:
+            self._use_op_lists()
 
         if (recipe is not None or replace_layers) and self.precision != "fp8":
             rank_zero_warn(f"precision={self.precision!r} is not 'fp8': recipe and replace_layers are ignored.")
@@ -194,17 +185,28 @@ class HPUPrecisionPlugin(Precision):
         self.replace_layers = bool(replace_layers) and self.precision == "fp8"
         self._measuring: list[weakref.ref] = []  # models in fp8 measurement mode, written at teardown
 
-    # -- forward -----------------------------------------------------------------------------------------------
-    def _lists_to_apply(self) -> Optional[OpLists]:
-        # On a Gaudi, Habana's autocast already applies the LOWER_LIST / FP32_LIST files itself.
-        if self.op_lists and self.op_lists.from_env and not get_backend().is_emulated:
-            return None
-        return self.op_lists or None
+    def _use_op_lists(self) -> None:
+        """Make the given lists the device's (process-wide, as on a Gaudi); refuse where they cannot take effect."""
+        from hpu_nb.runtime.hpu_device.autocast import DEFAULT_LOWER_OPS
 
+        shadowed = shadowed_fp32_ops(self.op_lists, DEFAULT_LOWER_OPS)
+        if shadowed:
+            rank_zero_warn(
+                f"fp32_list names {shadowed}, which the lower-precision list in force (Habana's default) also names;"
+                " Habana checks the lower list first, so they still run in the lower precision. Pass lower_list= too."
+            )
+        in_force, note = apply_op_lists(self.op_lists)
+        if not in_force:
+            raise RuntimeError(f"HPUPrecisionPlugin(lower_list=..., fp32_list=...): {note}")
+        if note:
+            rank_zero_warn(f"HPUPrecisionPlugin: {note}.")
+        if self.verbose:
+            rank_zero_info(f"HPUPrecisionPlugin({self.precision!r}): autocast {self.op_lists!r}")
+
+    # -- forward -----------------------------------------------------------------------------------------------
     def autocast_context_manager(self) -> contextlib.AbstractContextManager[None]:
         """The context every training / evaluation / predict step runs in."""
-        return autocast_context(self.precision, op_lists=self._lists_to_apply(), recipe=self.recipe,
-                                verbose=self.verbose)
+        return autocast_context(self.precision, recipe=self.recipe)
 
     @contextlib.contextmanager
     def forward_context(self) -> Generator[None, None, None]:
@@ -216,13 +218,14 @@ class HPUPrecisionPlugin(Precision):
         self,
         module: torch.nn.Module,
         inference: bool = False,
-        quant: bool = True,
+        quant: Union[bool, str, dict] = True,
         fp8_data_path: Optional[str] = None,
         *,
         replace_layers: Optional[bool] = None,
         recipe: Any = None,
     ) -> torch.nn.Module:
-        """Prepare `module` for fp8: training layers (replace_layers=True), or inference measure / quantize.
+        """Prepare `module` for fp8: training layers (replace_layers=True), or inference: quant=False measures,
+        quant=True quantizes (a config file path or dict, as lightning-habana took, decides by its "mode").
 
         Returns the model to train / predict with (the same object on the emulated Gaudi).
         """
@@ -245,12 +248,14 @@ class HPUPrecisionPlugin(Precision):
             quant=quant,
             fp8_data_path=fp8_data_path,
         )
-        if inference and not quant:
+        state = fp8.state_of(converted) if inference else None
+        if state is not None and state.mode == "measure":
             self._measuring.append(weakref.ref(converted))
         return converted
 
     def finish_measurements(self) -> list:
-        """Write the fp8 measurements of the models this plugin set up (the Trainer's teardown does it too)."""
+        """Write the fp8 measurements of the models this plugin set up. The HPU strategies call it at the end of
+        trainer.predict / trainer.test, while the model is still on the device (as lightning-habana did)."""
         from hpu_nb.core.fp8 import finalize_measurements
 
         written = []
@@ -261,13 +266,13 @@ class HPUPrecisionPlugin(Precision):
         return written
 
     def teardown(self) -> None:
-        if self._measuring:
-            from hpu_nb.core.fp8 import Fp8InferenceError
+        from hpu_nb.core.fp8 import pending_measurements
 
-            try:
-                self.finish_measurements()
-            except Fp8InferenceError as err:  # e.g. fit() ran, not predict(): say so, don't fail the teardown
-                rank_zero_warn(str(err))
+        pending = [ref() for ref in self._measuring]
+        if any(model is not None and model in pending_measurements() for model in pending):
+            rank_zero_warn(
+                "fp8 measurements were not written: they are written at the end of trainer.predict() or trainer.test(),"
+                " while the model is on the device. Run one of them with this plugin (fit() does not measure).")
         super().teardown()
 
     def __repr__(self) -> str:

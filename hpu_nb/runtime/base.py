@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from hpu_nb.runtime.generations import Generation
+from hpu_nb.runtime.generations import FP32_LIST_ENV, LOWER_LIST_ENV, Generation, Release
 
 MEMORY_STAT_KEYS = (
     "Limit",
@@ -20,6 +20,9 @@ MEMORY_STAT_KEYS = (
     "TotalSystemFrees",
     "TotalActiveAllocs",
 )
+
+
+METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
 
 
 class HPUNotAvailableError(RuntimeError):
@@ -72,6 +75,7 @@ class DeviceBackend(ABC):
     is_emulated: bool
     autocast_device_type = "hpu"  # device_type for torch.autocast
     dist_backend = "hccl"  # torch.distributed backend
+    compile_backend = "hpu_backend"  # torch.compile(model, backend=...) in eager mode
 
     def __init__(self, htcore: Any, hthpu: Any) -> None:
         self._htcore = htcore  # habana_frameworks.torch.core
@@ -85,20 +89,60 @@ class DeviceBackend(ABC):
     def device_count(self) -> int:
         """Cards on this machine, read without acquiring one."""
 
+    def auto_device_count(self) -> int:
+        """How many cards devices="auto" means: every card of the machine."""
+        return self.device_count()
+
     @abstractmethod
-    def generation(self) -> Generation: ...
+    def generation(self) -> Generation:
+        """The generation of this machine's cards, read without acquiring one."""
 
     def device_name(self, index: int = 0) -> str:
         return self.generation().device_name
 
+    def fp16_support(self) -> tuple[bool, str]:
+        return self.generation().fp16_support()
+
+    def fp8_support(self) -> tuple[bool, str]:
+        return self.generation().fp8_support()
+
+    @abstractmethod
+    def release(self) -> Release | None:
+        """The Gaudi software release whose behaviour is in force (None when it cannot be told)."""
+
     @abstractmethod
     def versions(self) -> Versions: ...
+
+    # -- fp8 ---------------------------------------------------------------------------------------------------------
+    @abstractmethod
+    def fp8_engine(self) -> Any:
+        """The fp8 engine of this device's software (hpu_nb.runtime.fp8.Fp8Engine), one per backend."""
+
+    # -- autocast op lists -------------------------------------------------------------------------------------------
+    def op_list_envs(self) -> tuple[str, str]:
+        """The (lower-precision, fp32) op-list variables the software in force reads (renamed in 1.19)."""
+        release = self.release()
+        return release.op_list_envs if release is not None else (LOWER_LIST_ENV, FP32_LIST_ENV)
+
+    @abstractmethod
+    def load_autocast_lists(self) -> tuple[bool, str]:
+        """Have the device use the op-list files its variables name now: (in force in this process, note)."""
 
     @abstractmethod
     def device_facts(self, timeout: float = 2.0) -> list[DeviceFacts]:
         """Per-card facts; never raises for a missing or hanging tool, degrades to what is known."""
 
     # -- the device, through Habana's API (the same on both backends) --------------------------------------------------
+    def device_acquired(self) -> bool:
+        """Whether this process holds its card (Habana acquires one on first use: a tensor, the name, memory)."""
+        return bool(self._hthpu.is_initialized())
+
+    def can_fork_workers(self) -> tuple[bool, str]:
+        """(allowed, reason): a forked worker cannot use a card its parent acquired."""
+        if self.device_acquired():
+            return False, "this process has already acquired a Gaudi card, which forked workers cannot use"
+        return True, ""
+
     def root_device(self, index: int = 0) -> Any:
         """The torch.device Lightning places the model on: this process's card, hpu:0 (one card per process)."""
         import torch
@@ -128,6 +172,22 @@ class DeviceBackend(ABC):
     def settings_not_in_force(self) -> list[str]:
         """Environment settings changed since the device started, which it does not follow (each said in a sentence)."""
         return []
+
+    def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
+        """Habana's global metrics (graph compilations, CPU fallbacks, ...) as {name: {tag: value}}.
+
+        `metric_global` returns None for a name this process does not collect (recipe_cache needs
+        PT_HPU_ENABLE_CACHE_METRICS=1): such names are left out.
+        """
+        result: dict[str, dict[str, Any]] = {}
+        for metric in names:
+            try:
+                found = self._hthpu.metrics.metric_global(metric)
+                if found is not None:
+                    result[metric] = dict(found.stats())
+            except Exception:  # noqa: BLE001 - a broken metric must not break what shows it
+                continue
+        return result
 
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""

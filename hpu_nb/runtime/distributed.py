@@ -5,7 +5,10 @@ Lightning's strategies (hpu_nb/core/strategies) call these few functions and nev
   `habana_frameworks.torch.distributed.hccl` (which registers the "hccl" backend for the hpu device) and calls
   `initialize_distributed_hpu`, which exports WORLD_SIZE / RANK / LOCAL_RANK and picks this process's card from
   HABANA_VISIBLE_MODULES (multi-tenancy). On the emulated Gaudi, HCCL's collectives run over gloo.
-- `check_fork_allowed()` around a fork (multi-device training from a notebook).
+- `check_fork_allowed()` around a fork (multi-device training from a notebook): a forked worker cannot use a card
+  its parent acquired, and the backend knows whether this process holds one.
+- `release_habana_default_port()` before launching: importing Habana's HCCL sets MASTER_PORT=12345 when unset; a
+  launcher must choose its own free port instead, or jobs sharing a machine collide.
 - `deepspeed_environment()`: what DeepSpeed needs in the environment before it is imported.
 """
 
@@ -13,12 +16,10 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 from hpu_nb.runtime import get_backend
 
 HCCL_MODULE = "habana_frameworks.torch.distributed.hccl"
-HPU_MODULE = "habana_frameworks.torch.hpu"
 VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"
 
 
@@ -55,33 +56,59 @@ def initialize_distributed(world_size: int, rank: int, local_rank: int, local_wo
     return backend.dist_backend
 
 
-def device_runtime_initialized() -> bool:
-    """Whether this process has opened the Gaudi runtime (a forked child could not use it).
-
-    Habana's `hpu.is_initialized()` answers when it exists; without it, a loaded Habana bridge counts as open,
-    because we cannot prove otherwise and a fork after it hangs or crashes the workers. The emulated card can be
-    forked: each forked worker starts with a fresh, empty card.
-    """
-    backend = get_backend()
-    if backend.is_emulated:
-        return False
-    hthpu = sys.modules.get(HPU_MODULE)
-    is_initialized = getattr(hthpu, "is_initialized", None)
-    if callable(is_initialized):
-        return bool(is_initialized())
-    return "habana_frameworks.torch" in sys.modules
-
-
 def check_fork_allowed() -> None:
-    """Refuse to fork workers that would inherit an open Gaudi runtime, with the reason and the way out."""
-    if device_runtime_initialized():
+    """Refuse to fork workers that would inherit a card this process acquired, with the reason and the way out."""
+    allowed, reason = get_backend().can_fork_workers()
+    if not allowed:
         raise ForkAfterDeviceInitError(
-            "Multi-device training from a notebook forks one worker per Gaudi card, but this kernel has already"
-            " initialised the Gaudi runtime (habana_frameworks), and a forked worker cannot use a device runtime it"
-            " inherited. Run the training as a script instead (e.g. write it with %%writefile train.py and run"
-            " `!python train.py`; Lightning then starts one process per card), or restart the kernel and create the"
-            " multi-device Trainer before anything touches the HPU."
+            f"Multi-device training from a notebook forks one worker per Gaudi card, but {reason}. Something in this"
+            " kernel used the device before the Trainer started (an hpu tensor, torch.hpu.get_device_name(),"
+            " memory_stats(), ...). Run the training as a script instead (e.g. write it with %%writefile train.py and"
+            " run `!python train.py`; Lightning then starts one process per card), or restart the kernel and create"
+            " and fit the multi-device Trainer before anything touches the HPU."
         )
+
+
+# -- MASTER_PORT: Habana's HCCL import defaults it to 12345 ---------------------------------------------------------------
+HCCL_DEFAULT_PORT = "12345"
+HCCL_DEFAULT_ADDR = "localhost"
+
+
+def _initial_environment() -> dict[str, str] | None:
+    """The environment this process was started with (Linux keeps it in /proc/self/environ), or None."""
+    try:
+        raw = open("/proc/self/environ", "rb").read()  # noqa: SIM115 - a short read of a virtual file
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def master_port_is_habana_default() -> bool:
+    """Whether MASTER_PORT is the 12345 that importing Habana's HCCL module sets when it is unset.
+
+    It is, when it reads 12345 but was not in the environment this process started with (a launcher, torchrun or the
+    user's shell sets it there; a job that means 12345 on purpose can export it before starting Python).
+    """
+    if os.environ.get("MASTER_PORT") != HCCL_DEFAULT_PORT:
+        return False
+    initial = _initial_environment()
+    return initial is not None and "MASTER_PORT" not in initial
+
+
+def release_habana_default_port() -> bool:
+    """Forget a MASTER_PORT (and MASTER_ADDR) that only Habana's import set, so the launcher picks a free port.
+
+    Called by the HPU strategies before they launch workers: otherwise every job on the machine meets on 12345.
+    Returns whether anything was removed.
+    """
+    if not master_port_is_habana_default():
+        return False
+    os.environ.pop("MASTER_PORT", None)
+    initial = _initial_environment() or {}
+    if os.environ.get("MASTER_ADDR") == HCCL_DEFAULT_ADDR and "MASTER_ADDR" not in initial:
+        os.environ.pop("MASTER_ADDR", None)
+    return True
 
 
 def deepspeed_environment() -> dict[str, str]:

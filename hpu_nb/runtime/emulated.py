@@ -6,9 +6,11 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
+from typing import Any
+
 from hpu_nb.runtime import hpu_device
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
-from hpu_nb.runtime.generations import Generation
+from hpu_nb.runtime.generations import EMULATED_RELEASE, Generation, Release
 
 
 def _versions_of_python_stack() -> Versions:
@@ -40,6 +42,7 @@ class EmulatedBackend(DeviceBackend):
         config = hpu_device.config_from_environment(generation, memory_limit, device_count)
         super().__init__(*emulated_habana.load_surface())
         hpu_device.load(config)
+        self._fp8: Any = None
 
     @property
     def card(self) -> hpu_device.CardConfig:
@@ -53,11 +56,31 @@ class EmulatedBackend(DeviceBackend):
     def is_available(self) -> bool:
         return True
 
+    def auto_device_count(self) -> int:
+        """One emulated card unless HPU_NB_DEVICE_COUNT asks for more (each card is a process on this CPU)."""
+        return self.device_count() if self.device_count_is_explicit else 1
+
     def device_count(self) -> int:
         return self.card.device_count
 
     def generation(self) -> Generation:
         return self.card.generation
+
+    def release(self) -> Release:
+        """The emulated Gaudi behaves as today's software does (eager by default, 1.19+ op-list variables)."""
+        return EMULATED_RELEASE
+
+    def fp8_engine(self) -> Any:
+        """fp8 numerics on the CPU, in layers and files shaped like Habana's transformer engine and INC's."""
+        if self._fp8 is None:
+            from hpu_nb.runtime.fp8.emulated import EmulatedFp8Engine
+
+            self._fp8 = EmulatedFp8Engine()
+        return self._fp8
+
+    def can_fork_workers(self) -> tuple[bool, str]:
+        """Always: a forked process gets a fresh, empty emulated card of its own."""
+        return True, ""
 
     def versions(self) -> Versions:
         return _versions_of_python_stack()
@@ -77,6 +100,17 @@ class EmulatedBackend(DeviceBackend):
                              f" keeps {now!r} (the environment asks for {asked!r}); restart the kernel / process to"
                              " apply it.")
         return notes
+
+    def load_autocast_lists(self) -> tuple[bool, str]:
+        """The emulated card can reload its lists at any time (a Gaudi reads them only when its software loads)."""
+        from hpu_nb.runtime.hpu_device import autocast
+
+        autocast.register(autocast.lists_from_environment())
+        lower_env, fp32_env = self.op_list_envs()
+        return True, (
+            "the emulated Gaudi loaded these op lists now; a Gaudi reads them only when Habana's software loads (at"
+            f" `import torch`), so there set {lower_env} / {fp32_env} to the list files before Python starts"
+        )
 
     def device_facts(self, timeout: float = 2.0) -> list[DeviceFacts]:
         """Every card of the emulated machine; memory in use is known for the card this process drives (hpu:0)."""

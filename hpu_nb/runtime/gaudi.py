@@ -1,8 +1,12 @@
 """The real Gaudi backend: habana_frameworks.torch for the device, hl-smi / habana-pyhlml for facts.
 
-Only this module (with hlml.py) touches habana_frameworks. Device facts and versions are gathered lazily
-(first asked, never at import or construction) and cached, because hl-smi is a subprocess that may be
-missing or hang; they degrade to what the runtime knows and never raise.
+Only this module (with hlml.py and habana_fp8.py) touches habana_frameworks. A process that asks Habana for the
+device name, the current device or memory acquires a card (hpu._lazy_init), so everything this backend says about the
+machine (generation, name, count, facts) is read without acquiring one: Habana's device type query (which runs before
+acquisition, as optimum-habana uses it), habana-pyhlml, `hl-smi`, and `device_count()`. A launcher process that builds
+a multi-card Trainer therefore holds no card, and each worker acquires its own. Device facts and versions are gathered
+lazily (first asked, never at import or construction) and cached, because hl-smi is a subprocess that may be missing
+or hang; they degrade to what is known and never raise.
 """
 
 from __future__ import annotations
@@ -10,20 +14,23 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import threading
 import time
+import warnings
 from typing import Any
 
 from hpu_nb.runtime import hlml, hlsmi
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
-from hpu_nb.runtime.generations import Generation, generation_from_name
+from hpu_nb.runtime.env import lazy_mode_from_env
+from hpu_nb.runtime.generations import Generation, Release, generation_from_name, release_from_version
 
 log = logging.getLogger(__name__)
 
 CORE_MODULE = "habana_frameworks.torch.core"  # imported first: it registers the hpu device with torch
 HPU_MODULE = "habana_frameworks.torch.hpu"
-TE_MODULE = "habana_frameworks.torch.hpex.experimental.transformer_engine"
-METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
+EXPERIMENTAL_MODULE = "habana_frameworks.torch.utils.experimental"  # the device type, before any card is acquired
+PLUGIN_DISTRIBUTION = "habana-torch-plugin"  # habana_frameworks.torch has no __version__: its distribution has
 FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
 
 
@@ -33,6 +40,9 @@ def _import_runtime() -> tuple[Any, Any]:
 
     if real_habana_spec() is None:
         raise ImportError("habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)")
+    from hpu_nb.runtime.emulated_habana.compile_backend import make_way_for_habana
+
+    make_way_for_habana()  # Habana registers "hpu_backend" on import; torch may have registered hpu_nb's meanwhile
     htcore = importlib.import_module(CORE_MODULE)
     hthpu = importlib.import_module(HPU_MODULE)
     if is_emulated_module(hthpu):
@@ -53,9 +63,8 @@ def probe_gaudi() -> tuple[bool, str]:
         _, hthpu = _import_runtime()
     except Exception as err:
         return False, f"habana_frameworks is installed but does not import ({type(err).__name__}: {err})"
-    try:
+    try:  # neither call acquires a card (asking the device name would)
         available, count = bool(hthpu.is_available()), int(hthpu.device_count())
-        name = str(hthpu.get_device_name()) if available and count > 0 else ""
     except Exception as err:
         return False, f"habana_frameworks failed to query the devices ({type(err).__name__}: {err})"
     if not available or count < 1:
@@ -63,7 +72,46 @@ def probe_gaudi() -> tuple[bool, str]:
             f"habana_frameworks sees no Gaudi (is_available()={available}, device_count()={count}); "
             "check `hl-smi`, the habanalabs driver and HABANA_VISIBLE_MODULES"
         )
-    return True, f"{count} x {name}"
+    generation = _generation_from_device_type()
+    release = plugin_release()
+    if generation is not None and release is not None:
+        supported, reason = release.supports(generation)
+        if not supported:
+            return False, reason
+    return True, f"{count} x {generation.device_name if generation else 'Gaudi'}"
+
+
+def plugin_release() -> Release | None:
+    """The installed Gaudi software release, from the habana-torch-plugin distribution (None when not installed)."""
+    version = plugin_version()
+    try:
+        return release_from_version(version) if version else None
+    except ValueError:
+        return None
+
+
+def plugin_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PLUGIN_DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+
+
+def _generation_from_device_type() -> Generation | None:
+    """The generation from Habana's device-type query, which counts devices by type without acquiring one."""
+    try:
+        htexp = importlib.import_module(EXPERIMENTAL_MODULE)
+        device_type = htexp._get_device_type()  # an int or the enum: compared with ==, as Habana's own code does
+        key = next((key for key, member in (("gaudi", "synDeviceGaudi"), ("gaudi2", "synDeviceGaudi2"),
+                                            ("gaudi3", "synDeviceGaudi3"))
+                    if hasattr(htexp.synDeviceType, member) and device_type == getattr(htexp.synDeviceType, member)),
+                   None)
+    except Exception as err:  # an older release without it, or a driver problem: other sources follow
+        log.debug("habana device type unavailable: %s", err)
+        return None
+    return generation_from_name(key) if key else None
 
 
 class GaudiBackend(DeviceBackend):
@@ -80,6 +128,10 @@ class GaudiBackend(DeviceBackend):
                 f"The Gaudi backend needs habana_frameworks.torch, which does not import here "
                 f"({type(err).__name__}: {err}). Use HPU_NB_BACKEND=emulated to run on the CPU."
             ) from err
+        release = plugin_release()
+        # Habana's core reads PT_HPU_LAZY_MODE as "0" or not, its HCCL module with int(): anything but 0 / 1 would
+        # mean different modes in different places, so it is refused here as on the emulated Gaudi.
+        lazy_mode_from_env(release.lazy_by_default if release is not None else False)
         self.facts_timeout = facts_timeout
         self._versions_lock = threading.Lock()  # two locks: a slow hl-smi -v must not hold up live facts
         self._facts_lock = threading.Lock()
@@ -87,6 +139,39 @@ class GaudiBackend(DeviceBackend):
         self._versions: Versions | None = None
         self._facts: tuple[float, list[DeviceFacts]] | None = None
         self.facts_reasons: dict[str, str] = {}  # source -> why it gave no facts (remembered: not retried)
+        self._fp8: Any = None
+        # What Habana read when it loaded (it had, by now): the op-list variables as they are at this point.
+        self._op_lists_at_load = {name: os.environ.get(name) for name in self.op_list_envs()}
+        self._warn_about_old_op_list_names()
+
+    def _warn_about_old_op_list_names(self) -> None:
+        release = self.release()
+        if release is None:
+            return
+        for old, new in release.ignored_op_list_envs(os.environ):
+            warnings.warn(f"{old} is not read by Gaudi software {release} (1.19 and newer): name the file in {new}"
+                          " instead; the default list is in force.", stacklevel=3)
+
+    def fp8_engine(self) -> Any:
+        """Habana's transformer engine for training, Intel Neural Compressor for inference."""
+        if self._fp8 is None:
+            from hpu_nb.runtime.habana_fp8 import HabanaFp8Engine
+
+            self._fp8 = HabanaFp8Engine()
+        return self._fp8
+
+    def load_autocast_lists(self) -> tuple[bool, str]:
+        """Habana read the op-list files when it loaded: they are in force only if the variables still say so."""
+        now = {name: os.environ.get(name) for name in self.op_list_envs()}
+        if now == self._op_lists_at_load:
+            return True, ""
+        changed = ", ".join(f"{name}={value!r}" for name, value in now.items() if value != self._op_lists_at_load[name])
+        return False, (
+            f"Habana's software read its op lists when it loaded (at `import torch`), before {changed} was set, so this"
+            " process cannot use them (and worker processes started from it would use them while it does not). Set"
+            " the variables before Python starts, e.g. `PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST=ops.txt python"
+            " train.py`, or `%env` in the notebook's first cell, before anything imports torch."
+        )
 
     # -- facts -----------------------------------------------------------------------------------------------
     def is_available(self) -> bool:
@@ -95,28 +180,38 @@ class GaudiBackend(DeviceBackend):
     def device_count(self) -> int:
         return int(self._hthpu.device_count())
 
-    def device_name(self, index: int = 0) -> str:
-        return str(self._hthpu.get_device_name(index))
-
     def generation(self) -> Generation:
+        """Read without acquiring a card: Habana's device type, else habana-pyhlml / hl-smi; the device name only
+        when this process holds its card already (asking it would acquire one)."""
         if self._generation is None:
-            self._generation = generation_from_name(self.device_name())
+            self._generation = self._read_generation()
         return self._generation
 
-    # -- Gaudi-only extras -----------------------------------------------------------------------------------
-    def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
-        """Habana's global metrics (graph compilations, CPU fallbacks, ...) as {name: {tag: value}}."""
-        result: dict[str, dict[str, Any]] = {}
-        for metric in names:
-            try:
-                result[metric] = dict(self._hthpu.metrics.metric_global(metric).stats())
-            except Exception as err:  # a metric unknown to this SynapseAI release
-                log.debug("metric %s unavailable: %s", metric, err)
-        return result
+    def _read_generation(self) -> Generation:
+        generation = _generation_from_device_type()
+        if generation is not None:
+            return generation
+        for source, read in (("pyhlml", hlml.read_facts), ("hl-smi", hlsmi.read_facts)):
+            outcome = read(self.facts_timeout)
+            for fact in outcome.value or []:
+                try:
+                    return generation_from_name(fact.name)
+                except ValueError:
+                    continue
+            log.debug("generation from %s unavailable: %s", source, outcome.reason)
+        listing = hlsmi.read_listing(self.facts_timeout)
+        if listing.ok and listing.value.generation:
+            return generation_from_name(listing.value.generation)
+        if self.device_acquired():
+            return generation_from_name(str(self._hthpu.get_device_name()))
+        raise HPUNotAvailableError(
+            "Cannot tell which Gaudi generation this is without acquiring a card: Habana's device type query, "
+            "habana-pyhlml and `hl-smi` gave no answer. Install habana-pyhlml (pip install habana-pyhlml) or put "
+            "hl-smi on PATH."
+        )
 
-    def transformer_engine(self) -> Any:
-        """Habana's transformer engine module (fp8 training: Linear, fp8_autocast, recipe)."""
-        return importlib.import_module(TE_MODULE)
+    def release(self) -> Release | None:
+        return plugin_release()
 
     # -- versions and live facts (lazy, cached, never raising) ----------------------------------------------
     def versions(self) -> Versions:
@@ -147,16 +242,8 @@ class GaudiBackend(DeviceBackend):
         return versions
 
     def _habana_frameworks_version(self) -> str | None:
-        for name in ("habana_frameworks.torch", "habana_frameworks"):
-            version = getattr(importlib.import_module(name), "__version__", None)
-            if version:
-                return str(version)
-        try:
-            from importlib.metadata import version as dist_version
-
-            return dist_version("habana-torch-plugin")
-        except Exception:
-            return None
+        """habana_frameworks.torch has no __version__: the habana-torch-plugin distribution's version is it."""
+        return plugin_version()
 
     def device_facts(self, timeout: float | None = None) -> list[DeviceFacts]:
         """Per-card facts from habana-pyhlml, else `hl-smi -Q`, else the runtime; a failed source is not retried."""
@@ -181,19 +268,20 @@ class GaudiBackend(DeviceBackend):
         return self._runtime_facts()
 
     def _runtime_facts(self) -> list[DeviceFacts]:
-        """What habana_frameworks itself knows: names for every card, memory for the one this process drives."""
+        """What habana_frameworks knows without acquiring a card: the count and generation of every card, and the
+        memory of the card this process drives when it holds one already."""
         try:
             count, name = self.device_count(), self.device_name()
         except Exception as err:
             self.facts_reasons["runtime"] = f"{type(err).__name__}: {err}"
             return []
         facts = [DeviceFacts(index=i, name=name, source="runtime") for i in range(count)]
+        if not self.device_acquired():
+            return facts
         try:
-            current = int(self._hthpu.current_device())
-            stats = self.memory_stats(current)
-            if 0 <= current < count:
-                facts[current].memory_total = stats["Limit"]
-                facts[current].memory_used = stats["InUse"]
+            stats = self.memory_stats()
+            facts[0].memory_total = stats["Limit"]
+            facts[0].memory_used = stats["InUse"]
         except Exception as err:
             self.facts_reasons["runtime memory"] = f"{type(err).__name__}: {err}"
         return facts

@@ -1,7 +1,14 @@
-"""Facts about each Gaudi generation that the product depends on (capacity, fp16/fp8 support)."""
+"""Which Gaudi can do what: generations (capacity, fp16 / fp8) and software releases (defaults, variable names).
+
+The one home for these rules: the accelerator, the precision plugin, fp8, op lists, %hpu_info and the fakes all ask
+here rather than writing their own `if generation == ...`. Release facts are modelled on Habana's published bridge
+source ("Publish 1.19.0") and release notes, as summarised in habana_api.md v2.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 GiB = 1 << 30
@@ -21,6 +28,18 @@ class Generation:
     def hbm_gib(self) -> float:
         return self.hbm_bytes / GiB
 
+    def fp16_support(self) -> tuple[bool, str]:
+        """(available, reason): fp16 needs Gaudi2 or newer."""
+        return _support(self.supports_fp16, "fp16", self.device_name)
+
+    def fp8_support(self) -> tuple[bool, str]:
+        """(available, reason): fp8 (training and inference) needs Gaudi2 or newer."""
+        return _support(self.supports_fp8, "fp8", self.device_name)
+
+
+def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
+    return (True, "") if flag else (False, f"{what} is not supported on {device_name}: it needs Gaudi2 or newer.")
+
 
 GENERATIONS: dict[str, Generation] = {
     "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False),
@@ -30,13 +49,78 @@ GENERATIONS: dict[str, Generation] = {
 
 
 def generation_from_name(name: str) -> Generation:
-    """Map a key ("gaudi2") or a device name ("GAUDI2", "GAUDI2B", "GAUDI 3") to its generation."""
+    """Map a key ("gaudi2"), a device name ("GAUDI2", "GAUDI2B", "GAUDI 3") or a board ("HL-225") to its generation."""
     text = name.strip().lower().replace(" ", "").replace("-", "")
     if text in GENERATIONS:
         return GENERATIONS[text]
     for key in ("gaudi3", "gaudi2"):
         if text.startswith(key):
             return GENERATIONS[key]
-    if text.startswith("gaudi") or text.startswith("hl"):
+    board = re.fullmatch(r"hl(\d)(\d)\d\w*", text)  # HL-205 (Gaudi), HL-225 (Gaudi2), HL-325L (Gaudi3)
+    if board:
+        return GENERATIONS["gaudi3" if board.group(1) == "3" else "gaudi2" if board.group(2) == "2" else "gaudi"]
+    if text.startswith("gaudi"):
         return GENERATIONS["gaudi"]
     raise ValueError(f"Unknown Gaudi generation {name!r}; choose one of: {', '.join(GENERATIONS)}.")
+
+
+# -- software releases -------------------------------------------------------------------------------------------
+LOWER_LIST_ENV = "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST"
+FP32_LIST_ENV = "PT_HPU_AUTOCAST_FP32_OPS_LIST"
+OLD_LOWER_LIST_ENV = "LOWER_LIST"
+OLD_FP32_LIST_ENV = "FP32_LIST"
+
+
+@dataclass(frozen=True, order=True)
+class Release:
+    """A Gaudi software (SynapseAI / habana-torch-plugin) release, by (major, minor), and what changed with it."""
+
+    major: int
+    minor: int
+
+    @property
+    def lazy_by_default(self) -> bool:
+        """Up to 1.20 PT_HPU_LAZY_MODE defaults to "1"; from 1.21 eager + torch.compile is the default."""
+        return (self.major, self.minor) < (1, 21)
+
+    @property
+    def op_list_envs(self) -> tuple[str, str]:
+        """(lower-precision, fp32) op-list variables this release reads: renamed in 1.19."""
+        if (self.major, self.minor) >= (1, 19):
+            return LOWER_LIST_ENV, FP32_LIST_ENV
+        return OLD_LOWER_LIST_ENV, OLD_FP32_LIST_ENV
+
+    def ignored_op_list_envs(self, environ: dict[str, str] | os._Environ) -> list[tuple[str, str]]:
+        """(old, new) for each old op-list variable set in `environ` that this release does not read."""
+        if self.op_list_envs == (OLD_LOWER_LIST_ENV, OLD_FP32_LIST_ENV):
+            return []
+        pairs = ((OLD_LOWER_LIST_ENV, LOWER_LIST_ENV), (OLD_FP32_LIST_ENV, FP32_LIST_ENV))
+        return [(old, new) for old, new in pairs if environ.get(old) and not environ.get(new)]
+
+    @property
+    def transformer_engine_is_shim(self) -> bool:
+        """From 1.19 habana's transformer_engine re-exports `intel_transformer_engine` (class modules say so)."""
+        return (self.major, self.minor) >= (1, 19)
+
+    def supports(self, generation: Generation) -> tuple[bool, str]:
+        """(supported, reason): 1.22 and newer dropped first-generation Gaudi."""
+        if generation.key == "gaudi" and (self.major, self.minor) >= (1, 22):
+            return False, (f"Gaudi software {self} no longer supports first-generation Gaudi (GAUDI); "
+                           "the last release that does is 1.21")
+        return True, ""
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+def release_from_version(version: str) -> Release:
+    """'1.21.0.555' / '1.18.0-524' / '1.19' -> Release(1, 21)."""
+    match = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    if match is None:
+        raise ValueError(f"{version!r} is not a Gaudi software version (expected e.g. '1.21.0').")
+    return Release(int(match.group(1)), int(match.group(2)))
+
+
+# The emulated Gaudi follows today's software (eager default, 1.19+ op-list names) and still lets you emulate a
+# first-generation Gaudi, as 1.21 does.
+EMULATED_RELEASE = Release(1, 21)

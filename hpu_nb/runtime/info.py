@@ -32,7 +32,7 @@ class HPUInfo:
     device_name: str  # "GAUDI2"
     device_count: int
     hbm_bytes: int
-    lazy_mode: bool
+    lazy_mode: bool  # the mode in force (Habana's is_lazy(): PT_HPU_LAZY_MODE, else the release's default)
     fp16: tuple[bool, str]
     fp8: tuple[bool, str]
     autocast_device_type: str
@@ -42,6 +42,8 @@ class HPUInfo:
     flags: list[FlagInfo] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0  # how long collecting took
+    release: str | None = None  # the Gaudi software release whose behaviour is in force ("1.21")
+    compile_backend: str = "hpu_backend"  # torch.compile(model, backend=...) in eager mode
 
     @property
     def flags_set(self) -> list[FlagInfo]:
@@ -53,13 +55,12 @@ class HPUInfo:
         return asdict(self)
 
 
-def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
-    return (True, "") if flag else (False, f"{what} is not supported on {device_name}: it needs Gaudi2 or newer.")
-
-
 def _process_memory(backend: DeviceBackend, problems: list[str]) -> dict[str, int] | None:
-    """Memory counters of the card this process drives."""
+    """Memory counters of the card this process drives, when it holds one: asking Habana for them would acquire a
+    card, and a kernel holding a card can no longer fork multi-card workers."""
     try:
+        if not backend.device_acquired():
+            return None
         return backend.memory_stats(0)
     except Exception as err:  # noqa: BLE001 - info must never raise
         problems.append(f"memory_stats failed: {type(err).__name__}: {err}")
@@ -104,10 +105,15 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
                 )
         devices.append(fact)
     try:
+        release = backend.release()
+    except Exception as err:  # noqa: BLE001
+        problems.append(f"release unknown: {type(err).__name__}: {err}")
+        release = None
+    try:
         lazy = backend.is_lazy()
     except Exception as err:  # noqa: BLE001
         problems.append(f"is_lazy failed: {type(err).__name__}: {err}")
-        lazy = True
+        lazy = release.lazy_by_default if release is not None else False
     values = flag_values()
     return HPUInfo(
         backend=backend.name,
@@ -118,8 +124,8 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
         device_count=count,
         hbm_bytes=gen.hbm_bytes,
         lazy_mode=lazy,
-        fp16=_support(gen.supports_fp16, "fp16", gen.device_name),
-        fp8=_support(gen.supports_fp8, "fp8", gen.device_name),
+        fp16=gen.fp16_support(),
+        fp8=gen.fp8_support(),
         autocast_device_type=backend.autocast_device_type,
         dist_backend=backend.dist_backend,
         devices=devices,
@@ -127,4 +133,6 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
         flags=[FlagInfo(name, values[name], meaning) for name, meaning in FLAGS.items()],
         problems=problems,
         seconds=time.perf_counter() - start,
+        release=str(release) if release is not None else None,
+        compile_backend=backend.compile_backend,
     )

@@ -158,6 +158,7 @@ def main() -> int:
         "max_in_use": stats["MaxInUse"],
         "num_allocs": stats["NumAllocs"],
         "pid": os.getpid(),
+        "master_port": os.environ.get("MASTER_PORT"),
         "fit_seconds": time.perf_counter() - start,
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
         "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None) or trainer.optimizers[0]).__name__,

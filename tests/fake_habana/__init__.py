@@ -1,10 +1,13 @@
-"""A fake Intel Gaudi for tests: the `habana_frameworks` package (built to /work/shared/habana_api.md),
-an optional fake `pyhlml`, and a fake `hl-smi` executable (see hlsmi.py).
+"""A fake Intel Gaudi for tests: the `habana_frameworks` package (built to /work/shared/habana_api.md v2), Intel's
+transformer engine it re-exports, an optional fake `pyhlml`, and a fake `hl-smi` executable (see hlsmi.py).
 
 The fake package lives on disk (site_packages/) so that module names, `__module__` of its functions and
-`importlib.util.find_spec` behave like the real install; `install_fake_habana()` puts it on sys.path,
-sets HPU_NB_BACKEND=gaudi, resets hpu_nb's backend, and undoes all of it (including what importing the
-fake changed in torch) on exit. Every call into the fake is recorded in `FakeHabana.calls`.
+`importlib.util.find_spec` behave like the real install. `install_fake_habana()` makes a machine directory (shared with
+child processes: which process holds which card, and the `habana-torch-plugin` distribution of the chosen release),
+puts the fake on sys.path, sets HPU_NB_BACKEND=gaudi, resets hpu_nb's backend, and undoes all of it on exit,
+including what importing the fake changed in torch (torch.hpu, the profiler classes, "hccl", "hpu_backend") and in
+the environment (Habana's import sets MASTER_ADDR / MASTER_PORT / HABANA_PROFILE...). Every call into the fake is
+recorded in `FakeHabana.calls`; every card acquisition in `FakeHabana.acquisitions()`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,15 +25,18 @@ HERE = Path(__file__).resolve().parent
 SITE = str(HERE / "site_packages")
 PYHLML_SITE = str(HERE / "site_pyhlml")
 # Environment the fake (or code under test through it) may set; restored on uninstall.
-_ENV_KEYS = ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")
+_ENV_KEYS = ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID", "MASTER_ADDR", "MASTER_PORT",
+             "HABANA_PROFILE", "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST", "LOWER_LIST",
+             "FP32_LIST")
 _MISSING = object()
 CONFIG_ENV = "HPU_NB_FAKE_HABANA_CONFIG"  # read by habana_frameworks/_fake.py in a child process
+_FAKE_PACKAGES = ("habana_frameworks", "intel_transformer_engine")
 
 __all__ = ["FakeHabana", "install_fake_habana", "block_habana", "SITE", "PYHLML_SITE"]
 
 
 class FakeHabana:
-    """Handle on the installed fake: its configuration, call log and per-card memory."""
+    """Handle on the installed fake: its configuration, call log, card acquisitions and other cards' memory."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
@@ -41,13 +49,19 @@ class FakeHabana:
     def calls(self) -> Any:
         return self.state.calls
 
+    @property
+    def machine_dir(self) -> Path:
+        return Path(self.config.machine_dir)
+
+    def acquisitions(self) -> list[dict[str, Any]]:
+        """Every card acquired on the fake machine by any process of this test: {"pid", "ppid", "card", "how"}."""
+        return self.state.machine.acquisitions()
+
     def memory(self, index: int) -> Any:
-        """What the machine's tools (pyhlml, hl-smi) report for another card `index` (allocate()/free() move it).
+        """What the machine's tools (pyhlml, hl-smi) report for card `index` (allocate()/free() move it).
 
         The card this process drives is the emulated hpu device: its memory moves with real hpu tensors.
         """
-        if index == self.config.current_device:
-            raise ValueError(f"card {index} is this process's card: allocate hpu tensors to move its counters")
         return self.state.card(index)
 
     def allocate(self, nbytes: int, index: int) -> None:
@@ -60,12 +74,12 @@ class FakeHabana:
         self.state.metrics[name].update(tags)
 
     def subprocess_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
-        """Environment for a child Python process that should see this same fake Gaudi (spawned workers)."""
+        """Environment for a child Python process that sees this same fake Gaudi (same machine, same release)."""
         import dataclasses
         import json
 
         env = dict(os.environ if base is None else base)
-        env["PYTHONPATH"] = os.pathsep.join([SITE, *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join([SITE, _dist_site(self.config), *filter(None, [env.get("PYTHONPATH")])])
         env[CONFIG_ENV] = json.dumps(dataclasses.asdict(self.config))
         return env
 
@@ -78,44 +92,70 @@ class FakeHabana:
         return f"<FakeHabana {self.config} {self.calls!r}>"
 
 
+def _dist_site(config: Any) -> str:
+    return str(Path(config.machine_dir) / "site")
+
+
+def _write_distribution(config: Any) -> None:
+    """The `habana-torch-plugin` distribution of the chosen release (where Habana's version is read from)."""
+    site = Path(_dist_site(config))
+    shutil.rmtree(site, ignore_errors=True)
+    info = site / f"habana_torch_plugin-{config.release}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: habana-torch-plugin\nVersion: {config.release}\n")
+    # Since 1.18 `import torch` loads Habana's software through this entry point (in eager mode).
+    (info / "entry_points.txt").write_text("[torch.backends]\ndevice_backend = habana_frameworks.autoload:__autoload\n")
+
+
+def _is_fake_or_emulated(module: Any) -> bool:
+    from hpu_nb.runtime.emulated_habana import is_emulated_module
+
+    paths = [str(p) for p in (getattr(module, "__path__", None) or [getattr(module, "__file__", "") or ""])]
+    return is_emulated_module(module) or all(p.startswith(SITE) for p in paths)
+
+
 @contextlib.contextmanager
 def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: str | None = "gaudi",
                         **overrides: Any) -> Iterator[FakeHabana]:
-    """Install the fake Gaudi (FakeConfig fields as keyword overrides, e.g. device_count=2, device_name="GAUDI3").
+    """Install the fake Gaudi (FakeConfig fields as keyword overrides, e.g. device_count=2, release="1.18.0").
 
     backend: value for HPU_NB_BACKEND while installed (None leaves it unset, to test auto-selection).
     pyhlml: also make the fake `pyhlml` importable; otherwise `import pyhlml` fails while installed.
     """
-    from hpu_nb.runtime.emulated_habana import is_emulated_module
-
     loaded = sys.modules.get("habana_frameworks")
-    if loaded is not None and not (str(getattr(loaded, "__file__", "")).startswith(SITE) or is_emulated_module(loaded)):
+    if loaded is not None and not _is_fake_or_emulated(loaded):
         raise RuntimeError("The real habana_frameworks is already imported; the fake cannot replace it.")
     from hpu_nb.runtime import reset_backend
 
     saved_env = {key: os.environ.get(key) for key in _ENV_KEYS}
     saved_pyhlml = sys.modules.get("pyhlml", _MISSING)
-    saved_emulated = _emulated_surface()  # put back afterwards: code imported before the fake keeps working
-    _drop_modules()
-    paths = [SITE] + ([PYHLML_SITE] if pyhlml else [])
+    saved_modules = _take_modules()  # the emulated surface, if loaded: put back as it was afterwards
+    machine = tempfile.mkdtemp(prefix="fake-gaudi-")
+    paths = [SITE, str(Path(machine) / "site")] + ([PYHLML_SITE] if pyhlml else [])
     for path in reversed(paths):
         sys.path.insert(0, path)
-    if not pyhlml:
-        sys.modules["pyhlml"] = None  # type: ignore[assignment]  (import pyhlml -> ImportError)
-    importlib.invalidate_caches()
-    if backend is None:
-        os.environ.pop("HPU_NB_BACKEND", None)
-    else:
-        os.environ["HPU_NB_BACKEND"] = backend
-    reset_backend()
     try:
+        importlib.invalidate_caches()
         fake = importlib.import_module("habana_frameworks._fake")
-        cfg = config if config is not None else fake.FakeConfig()
+        fake_config = config if config is not None else fake.FakeConfig()
         for key, value in overrides.items():
-            if not hasattr(cfg, key):
+            if not hasattr(fake_config, key):
                 raise TypeError(f"FakeConfig has no field {key!r}")
-            setattr(cfg, key, value)
-        fake.STATE.reset(cfg)
+            setattr(fake_config, key, value)
+        fake_config.machine_dir = machine
+        _write_distribution(fake_config)
+        if not pyhlml:
+            sys.modules["pyhlml"] = None  # type: ignore[assignment]  (import pyhlml -> ImportError)
+        importlib.invalidate_caches()
+        if backend is None:
+            os.environ.pop("HPU_NB_BACKEND", None)
+        else:
+            os.environ["HPU_NB_BACKEND"] = backend
+        reset_backend()
+        fake.STATE.reset(fake_config)
+        from torch.utils.checkpoint import DefaultDeviceType
+
+        fake.STATE.originals["checkpoint device"] = DefaultDeviceType.get_device_type()  # Habana's _lazy_init sets it
         yield FakeHabana(fake.STATE)
     finally:
         reset_backend()
@@ -123,7 +163,8 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
         if state is not None:
             _undo_torch_changes(state.originals)
             state.originals.clear()
-        _drop_modules()
+        _take_modules()
+        sys.modules.update(saved_modules)
         for path in paths:
             while path in sys.path:
                 sys.path.remove(path)
@@ -131,13 +172,13 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
             sys.modules.pop("pyhlml", None)
         else:
             sys.modules["pyhlml"] = saved_pyhlml  # type: ignore[assignment]
-        _restore_emulated_surface(saved_emulated)
         importlib.invalidate_caches()
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        shutil.rmtree(machine, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -158,60 +199,71 @@ def block_habana() -> Iterator[None]:
             sys.modules["pyhlml"] = saved  # type: ignore[assignment]
 
 
-def _emulated_surface() -> dict[str, Any]:
-    """The emulated habana_frameworks modules imported so far (and torch.hpu, when it is the emulated one)."""
-    import torch
-
-    from hpu_nb.runtime.emulated_habana import is_emulated_module
-
-    modules = {name: module for name, module in sys.modules.items()
-               if (name == "habana_frameworks" or name.startswith("habana_frameworks.")) and is_emulated_module(module)}
-    hpu = getattr(torch, "hpu", None)
-    if hpu is not None and is_emulated_module(hpu):
-        modules["torch.hpu"] = hpu
-    plugin = torch.distributed.Backend._plugins.get("HCCL")
-    if plugin is not None and plugin.creator_fn.__module__ == "hpu_nb.runtime.hpu_device.hccl":
-        modules["emulated hccl"] = True
-    return modules
-
-
-def _restore_emulated_surface(modules: dict[str, Any]) -> None:
-    import torch
-
-    hpu = modules.pop("torch.hpu", None)
-    if modules.pop("emulated hccl", False):
-        from hpu_nb.runtime.hpu_device import hccl
-
-        hccl.register()
-    sys.modules.update(modules)
-    if hpu is not None and not hasattr(torch, "hpu"):
-        torch._register_device_module("hpu", hpu)
-
-
-def _drop_modules() -> None:
-    for name in [n for n in sys.modules if n == "habana_frameworks" or n.startswith("habana_frameworks.")]:
-        del sys.modules[name]
+def _take_modules() -> dict[str, Any]:
+    """Remove (and return) every habana_frameworks / intel_transformer_engine module, and the fake pyhlml."""
+    taken = {}
+    for name in list(sys.modules):
+        if any(name == p or name.startswith(p + ".") for p in _FAKE_PACKAGES):
+            taken[name] = sys.modules.pop(name)
     module = sys.modules.get("pyhlml")
     if module is not None and str(getattr(module, "__file__", "")).startswith(PYHLML_SITE):
         del sys.modules["pyhlml"]
+    return {name: module for name, module in taken.items() if not str(getattr(module, "__file__", "")).startswith(SITE)}
 
 
 def _undo_torch_changes(originals: dict[str, Any]) -> None:
-    """Put back what importing the fake changed in torch: ProfilerActivity, torch.hpu, the "hccl" backend, and the
-    card's Limit / name (the emulated device becomes the environment's emulated Gaudi again)."""
+    """Put back what importing the fake changed in torch: the profiler classes, torch.hpu, "hccl", "hpu_backend", and
+    the device's Limit, name and autocast lists (the emulated device becomes the environment's emulated Gaudi again)."""
+    import warnings
+
     import torch
+    import torch.autograd.profiler
 
     from hpu_nb.runtime import hpu_device
 
     if hpu_device.is_loaded():
         hpu_device.configure(hpu_device.config_from_environment())
-    if "ProfilerActivity" in originals:
-        torch.profiler.ProfilerActivity = originals["ProfilerActivity"]
-    if originals.get("torch.hpu registered"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from hpu_nb.runtime.hpu_device import autocast
+
+            autocast.register(autocast.lists_from_environment())
+    for name, target in (("ProfilerActivity", torch.profiler), ("profile", torch.profiler),
+                         ("autograd.profile", torch.autograd.profiler)):
+        if name in originals:
+            setattr(target, name.rsplit(".", 1)[-1], originals[name])
+    if "torch.hpu" in originals:
         if hasattr(torch, "hpu"):
             delattr(torch, "hpu")
         sys.modules.pop("torch.hpu", None)
-    if originals.get("hccl registered"):
+        if originals["torch.hpu"] is not None:  # the emulated Gaudi's module, as it was before
+            torch._register_device_module("hpu", originals["torch.hpu"])
+    if "hpu_backend" in originals:
+        from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS
+
+        compiler, entry = originals["hpu_backend"]
+        _COMPILER_FNS.pop("hpu_backend", None)
+        _BACKENDS.pop("hpu_backend", None)
+        if compiler is not None:
+            _COMPILER_FNS["hpu_backend"] = compiler
+            _BACKENDS["hpu_backend"] = entry
+        else:  # torch may have discovered the entry points meanwhile (it does so once): hpu_nb's must stay found
+            from importlib.metadata import entry_points
+
+            for found in entry_points(group="torch_dynamo_backends"):
+                if found.name == "hpu_backend":
+                    _BACKENDS["hpu_backend"] = found
+    if "dynamo skip dir" in originals:
+        from torch._dynamo import trace_rules
+
+        while originals["dynamo skip dir"] in trace_rules.SKIP_DIRS:
+            trace_rules.SKIP_DIRS.remove(originals["dynamo skip dir"])
+        trace_rules._recompile_re()
+    if "checkpoint device" in originals:
+        from torch.utils.checkpoint import DefaultDeviceType
+
+        DefaultDeviceType.set_device_type(originals["checkpoint device"])
+    if originals.get("hccl registered before") is False:
         import torch.distributed as dist
 
         backend = dist.Backend

@@ -1,20 +1,22 @@
 """fp8 on HPU: training layers with delayed scaling, and inference by measure-then-quantize.
 
-On a Gaudi these delegate to Habana's transformer engine and Intel Neural Compressor / HQT (hpu_nb.runtime.habana_fp8);
-on the emulated Gaudi2/3 they are real fp8 numerics on the CPU (float8 casts and torch._scaled_mm).
+The Lightning-facing side (convert_modules, configs and files, when measurements are written); the fp8 work itself is
+the device's fp8 engine (hpu_nb.runtime.fp8): Habana's transformer engine and Intel Neural Compressor on a Gaudi,
+real fp8 numerics on the CPU (float8 casts and torch._scaled_mm) on the emulated Gaudi2/3.
 """
 
 from hpu_nb.core.fp8.convert import convert_modules, fp8_autocast, replace_linear_layers, require_fp8, to_te_recipe
 from hpu_nb.core.fp8.inference import (
     Fp8InferenceError,
-    Fp8QuantLinear,
     finalize_measurements,
     make_config,
+    normalize_config,
+    pending_measurements,
     state_of,
 )
-from hpu_nb.core.fp8.linear import Fp8Linear, emulated_fp8_autocast, fp8_enabled
-from hpu_nb.core.fp8.numerics import matmul_path
-from hpu_nb.core.fp8.recipe import DelayedScaling, Format
+from hpu_nb.runtime.fp8.emulated import Fp8Linear, Fp8QuantLinear, emulated_fp8_autocast, fp8_enabled
+from hpu_nb.runtime.fp8.numerics import matmul_path
+from hpu_nb.runtime.fp8.recipe import DelayedScaling, Format
 
 __all__ = [
     "DelayedScaling",
@@ -29,6 +31,8 @@ __all__ = [
     "fp8_enabled",
     "make_config",
     "matmul_path",
+    "normalize_config",
+    "pending_measurements",
     "replace_linear_layers",
     "require_fp8",
     "state_of",

@@ -1,55 +1,38 @@
 """convert_modules: make a model fp8-ready for training (swap nn.Linear) or for inference (measure / quantize).
 
-Module-level so every precision plugin (HPUPrecisionPlugin, the DeepSpeed one) shares one implementation.
+Module-level so every precision plugin (HPUPrecisionPlugin, the DeepSpeed one) shares one implementation. The fp8
+layers and autocast are the device's fp8 engine's (`get_backend().fp8_engine()`: Habana's transformer engine on a
+Gaudi, the emulation elsewhere).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.core.fp8.inference import prepare_inference
-from hpu_nb.core.fp8.linear import Fp8Linear, emulated_fp8_autocast
-from hpu_nb.core.fp8.recipe import as_recipe
 from hpu_nb.runtime import get_backend
 
 
 def require_fp8() -> None:
     """Raise the clear error when this Gaudi generation (real or emulated) has no fp8."""
-    from hpu_nb.core.accelerator import is_fp8_available
     from hpu_nb.core.precision import UnsupportedPrecisionError
 
-    ok, reason = is_fp8_available()
+    ok, reason = get_backend().fp8_support()
     if not ok:
         raise UnsupportedPrecisionError(f"fp8 cannot run here: {reason}")
 
 
-def _on_gaudi() -> bool:
-    return not get_backend().is_emulated
-
-
 def replace_linear_layers(module: torch.nn.Module, recipe: Any = None) -> int:
-    """Swap every nn.Linear below `module` for the fp8 layer of this backend, keeping its weights. Returns the count."""
-    if _on_gaudi():
-        from hpu_nb.runtime import habana_fp8
-
-        if any(habana_fp8.is_te_module(m) for m in module.modules()):
-            rank_zero_info("The model already holds transformer-engine modules; leaving its layers as they are.")
-            return 0
-        make = habana_fp8.te_linear_from
-    else:
-        if any(isinstance(m, Fp8Linear) for m in module.modules()):
-            rank_zero_info("The model already holds fp8 layers; leaving its layers as they are.")
-            return 0
-        recipe = as_recipe(recipe)
-
-        def make(linear: torch.nn.Linear) -> torch.nn.Module:
-            return Fp8Linear(linear, recipe)
-
-    return _swap(module, make)
+    """Swap every nn.Linear below `module` for the engine's fp8 layer, keeping its weights. Returns the count."""
+    engine = get_backend().fp8_engine()
+    if any(engine.is_fp8_layer(m) for m in module.modules()):
+        rank_zero_info("The model already holds fp8 layers; leaving its layers as they are.")
+        return 0
+    return _swap(module, lambda linear: engine.fp8_layer(linear, recipe))
 
 
 def _swap(module: torch.nn.Module, make: Any) -> int:
@@ -68,16 +51,17 @@ def convert_modules(
     replace_layers: bool = False,
     recipe: Any = None,
     inference: bool = False,
-    quant: bool = True,
+    quant: Union[bool, str, dict] = True,
     fp8_data_path: Optional[str] = None,
 ) -> torch.nn.Module:
-    """fp8 training (replace_layers=True) or inference (inference=True: quant=False measures, quant=True quantizes).
+    """fp8 training (replace_layers=True) or inference (inference=True: quant=False measures, quant=True quantizes;
+    a config file path or dict decides by its "mode").
 
     Returns the model to use (the same object, except where a Gaudi toolkit hands back a new one).
     """
     require_fp8()
     if inference:
-        return prepare_inference(module, quant=quant, fp8_data_path=fp8_data_path, gaudi=_on_gaudi())
+        return prepare_inference(module, quant=quant, fp8_data_path=fp8_data_path)
     if replace_layers:
         count = replace_linear_layers(module, recipe)
         rank_zero_info(f"fp8: replaced {count} nn.Linear layer(s) with fp8 layers.")
@@ -86,22 +70,13 @@ def convert_modules(
 
 @contextlib.contextmanager
 def fp8_autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
-    """fp8 for the converted layers inside the block: te.fp8_autocast on a Gaudi, the emulation otherwise."""
-    if _on_gaudi():
-        from hpu_nb.runtime import habana_fp8
-
-        with habana_fp8.fp8_autocast(enabled=enabled, recipe=to_te_recipe(recipe)):
-            yield
-        return
-    with emulated_fp8_autocast(enabled=enabled, recipe=recipe):
+    """fp8 for the converted layers inside the block (te.fp8_autocast on a Gaudi, the emulation otherwise)."""
+    with get_backend().fp8_engine().autocast(enabled, recipe):
         yield
 
 
 def to_te_recipe(recipe: Any) -> Any:
-    """Habana's te.recipe.DelayedScaling for ours / a dict; a te recipe passes through."""
-    from hpu_nb.runtime import habana_fp8
+    """Habana's te.recipe.DelayedScaling for ours / a dict; a te recipe passes through (Gaudi only)."""
+    from hpu_nb.runtime.habana_fp8 import te_recipe
 
-    if recipe is not None and type(recipe).__module__.startswith(habana_fp8.TE_MODULE):
-        return recipe
-    r = as_recipe(recipe)
-    return habana_fp8.te_recipe(r.margin, r.interval, r.fp8_format.name, r.amax_history_len, r.amax_compute_algo)
+    return te_recipe(recipe)

@@ -24,7 +24,6 @@ from hpu_nb.runtime import get_backend
 __all__ = ["HPUFSDPPrecision", "HPUFSDPStrategy", "check_eager_mode"]
 
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
-_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
 
 
 def check_eager_mode() -> None:
@@ -43,7 +42,9 @@ class HPUFSDPPrecision(FSDPPrecision):
     """FSDP precision for HPU: autocast on "hpu"; fp16 needs Gaudi2 or newer."""
 
     def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
-        unified = _ALIASES.get(str(precision), str(precision))
+        from hpu_nb.core.precision import unify_precision
+
+        unified = unify_precision(precision)
         if unified not in FSDP_PRECISIONS:
             raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
         if unified.startswith("16-"):

@@ -1,4 +1,5 @@
-"""What every HPU strategy adds to its Lightning base: mark_step where lazy mode needs it, HPUCheckpointIO by default.
+"""What every HPU strategy adds to its Lightning base: mark_step where lazy mode needs it, HPUCheckpointIO by default,
+and fp8 measurements written at the end of predict / test while the model is still on the device.
 
 Written once as a mixin so the single-device, DDP, DeepSpeed and FSDP strategies do not each carry a copy
 (lightning-habana duplicated this in every strategy). Device memory needs nothing here: the device counts it.
@@ -44,6 +45,17 @@ class HPUStepsMixin:
         get_backend().mark_step()
         return output
 
+    # -- fp8 inference: measurements are written while the model is on the device (lightning-habana's timing) ---------
+    @override
+    def on_predict_end(self) -> None:
+        _finish_fp8_measurements(self)
+        super().on_predict_end()  # type: ignore[misc]
+
+    @override
+    def on_test_end(self) -> None:
+        _finish_fp8_measurements(self)
+        super().on_test_end()  # type: ignore[misc]
+
     @override
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         return _eval_step(super().validation_step, args, kwargs)  # type: ignore[misc]
@@ -55,6 +67,13 @@ class HPUStepsMixin:
     @override
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         return _eval_step(super().predict_step, args, kwargs)  # type: ignore[misc]
+
+
+def _finish_fp8_measurements(strategy: Any) -> None:
+    """Lightning's teardown moves the model to the CPU before the precision plugin's: write measurements before."""
+    finish = getattr(strategy.precision_plugin, "finish_measurements", None)
+    if callable(finish):
+        finish()
 
 
 def _eval_step(step: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

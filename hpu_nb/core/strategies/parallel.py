@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -128,6 +129,17 @@ class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
         liveness.exit_on_sigterm()
         strategy = self._strategy
         return super()._wrapping_function(process_idx, trainer, _explaining(strategy, function), *args, **kwargs)
+
+    @override
+    def _recover_results_in_main_process(self, worker_output: Any, trainer: Any) -> None:
+        """The launching process keeps no card: the worker's weights are loaded onto the CPU, where its model lives
+        (loading them onto the HPU would acquire a card here, and a later fork would be refused)."""
+        io = self._strategy.checkpoint_io
+        io.load_checkpoint = functools.partial(io.load_checkpoint, map_location="cpu")
+        try:
+            super()._recover_results_in_main_process(worker_output, trainer)
+        finally:
+            del io.load_checkpoint
 
 
 class HPUSubprocessScriptLauncher(_SubprocessScriptLauncher):
@@ -322,6 +334,10 @@ class HPUParallelMixin:
     def _configure_launcher(self) -> None:
         assert self.cluster_environment is not None  # type: ignore[attr-defined]
         method = resolve_start_method(self._start_method)
+        if not self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
+            # This process launches the workers: a MASTER_PORT that only Habana's HCCL import set (12345) is dropped,
+            # so Lightning picks a free port and jobs sharing the machine do not meet on the same one.
+            hpu_dist.release_habana_default_port()
         if method == "popen" or self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
             self._launcher = HPUSubprocessScriptLauncher(
                 self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]

@@ -16,9 +16,7 @@ import warnings
 from dataclasses import dataclass
 from enum import IntEnum
 
-LOWER_LIST_ENV = "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST"
-FP32_LIST_ENV = "PT_HPU_AUTOCAST_FP32_OPS_LIST"
-OLD_ENV_NAMES = {"LOWER_LIST": LOWER_LIST_ENV, "FP32_LIST": FP32_LIST_ENV}
+from hpu_nb.runtime.generations import EMULATED_RELEASE, FP32_LIST_ENV, LOWER_LIST_ENV
 
 DEFAULT_LOWER_OPS = frozenset({
     "addmm", "addbmm", "batch_norm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
@@ -105,10 +103,9 @@ def read_list_file(
 def lists_from_environment(environ: dict[str, str] | None = None) -> AutocastLists:
     """The lists a Gaudi running today's software would use, given these environment variables."""
     environ = os.environ if environ is None else environ
-    for old, new in OLD_ENV_NAMES.items():
-        if environ.get(old) and not environ.get(new):
-            warnings.warn(f"{old} is not read by Gaudi software 1.19 and newer: name the file in {new} instead"
-                          " (the default list is in force).", stacklevel=3)
+    for old, new in EMULATED_RELEASE.ignored_op_list_envs(environ):
+        warnings.warn(f"{old} is not read by Gaudi software 1.19 and newer: name the file in {new} instead"
+                      " (the default list is in force).", stacklevel=3)
     lower, lower_source = read_list_file(LOWER_LIST_ENV, DEFAULT_LOWER_OPS, environ)
     fp32, fp32_source = read_list_file(FP32_LIST_ENV, DEFAULT_FP32_OPS, environ)
     return AutocastLists(lower, fp32, lower_source, fp32_source)

@@ -1,41 +1,80 @@
-"""State of the fake habana_frameworks: its configuration, the call log and each card's memory counters.
+"""State of the fake habana_frameworks: its configuration, the call log, the machine's cards and their acquisition.
 
 Not part of the real package. Tests reach it through tests/fake_habana (install_fake_habana / fake_gaudi).
-A subprocess can get the same configuration through HPU_NB_FAKE_HABANA_CONFIG (JSON of FakeConfig fields).
+A subprocess gets the same configuration through HPU_NB_FAKE_HABANA_CONFIG (JSON of FakeConfig fields), and shares
+the machine (which process holds which card) through FakeConfig.machine_dir.
+
+Modelled on Habana's bridge source (github:HabanaAI/gaudi-pytorch-bridge, "Publish 1.19.0"): a process acquires one
+card the first time it uses the device (`hpu._lazy_init`, backend/synapse_helpers/device.cpp): the card named by
+HLS_MODULE_ID, else any free card (HABANA_VISIBLE_MODULES is not consulted then); a card stays acquired until the
+process ends; a forked child of a process that acquired a card cannot use it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Callable
 
 GiB = 1 << 30
 # What memory_stats()["Limit"] reports on each card: a little under the HBM (the runtime keeps some).
 DEFAULT_LIMITS = {"GAUDI": 31 * GiB, "GAUDI2": 94 * GiB + 620 * (1 << 20), "GAUDI3": 126 * GiB}
 CONFIG_ENV = "HPU_NB_FAKE_HABANA_CONFIG"
-METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
+# Habana's global metrics (hpu/metrics/metrics.py): their tags; recipe_cache only with PT_HPU_ENABLE_CACHE_METRICS.
+METRIC_TAGS = {
+    "graph_compilation": {"TotalNumber": 0, "TotalTime": 0, "AvgTime": 0},
+    "cpu_fallback": {"TotalNumber": 0, "FallbackOps": {}},
+    "memory_defragmentation": {"TotalNumber": 0, "TotalSuccessful": 0, "AvgTime": 0, "MaxTime": 0},
+    "recipe_cache": {"TotalHit": 0, "RecipeHit": {}, "TotalMiss": 0, "RecipeMiss": {}},
+}
+SYN_DEVICE_TYPES = {"GAUDI": 1, "GAUDI2": 2, "GAUDI3": 3}  # what utils.experimental._get_device_type() answers
 
 
 @dataclass
 class FakeConfig:
-    """What the fake Gaudi machine looks like."""
+    """What the fake Gaudi machine looks like, and which Gaudi software release is installed on it."""
 
     available: bool = True
     device_count: int = 8
     device_name: str = "GAUDI2"
     memory_limit: int | None = None  # None: DEFAULT_LIMITS for the device name
-    version: str = "1.17.2.1"  # habana_frameworks.torch.__version__ (plugin release numbering follows SynapseAI)
+    release: str = "1.22.0"  # the habana-torch-plugin distribution's version: decides the defaults below
     import_error: str | None = None  # importing habana_frameworks.torch raises ImportError(import_error)
     current_device: int = 0
+    machine_dir: str | None = None  # shared by every process of the test: card locks, acquisition log, dist-info
 
     def limit(self) -> int:
         if self.memory_limit is not None:
             return self.memory_limit
         return DEFAULT_LIMITS.get(self.device_name.upper(), 94 * GiB)
+
+    @property
+    def release_tuple(self) -> tuple[int, int]:
+        major, minor = self.release.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def lazy_by_default(self) -> bool:
+        """PT_HPU_LAZY_MODE's default: "1" up to 1.20, "0" (eager + torch.compile) from 1.21."""
+        return self.release_tuple < (1, 21)
+
+    @property
+    def op_list_envs(self) -> tuple[str, str]:
+        """The op-list variables the bridge reads: renamed in 1.19."""
+        if self.release_tuple >= (1, 19):
+            return "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST"
+        return "LOWER_LIST", "FP32_LIST"
+
+    @property
+    def supports_device(self) -> bool:
+        """1.22 and newer dropped first-generation Gaudi."""
+        return not (self.device_name.upper() == "GAUDI" and self.release_tuple >= (1, 22))
 
 
 @dataclass(frozen=True)
@@ -88,57 +127,96 @@ class CallLog:
 
 
 class DeviceMemory:
-    """Memory counters of one card, with Gaudi's ten keys; allocate()/free() move them like the runtime would."""
+    """Memory counters of another card of the machine (what pyhlml / hl-smi report); allocate()/free() move them."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.in_use = self.max_in_use = 0
-        self.num_allocs = self.num_frees = 0
-        self.max_alloc_size = 0
-        self.total_system_allocs = self.total_system_frees = 0
+        self.in_use = 0
+        self.allocations = 0
 
     def allocate(self, nbytes: int) -> None:
         if nbytes <= 0:
             raise ValueError(f"allocation size must be positive, got {nbytes}")
         if self.in_use + nbytes > self.limit:
-            raise RuntimeError(
-                f"FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::{nbytes} ({nbytes / GiB:.2f} GiB); "
-                f"in use {self.in_use}, limit {self.limit}"
-            )
+            raise RuntimeError(f"MODULE:PT_DEVMEM Allocation failed for size::{nbytes} ({nbytes / (1 << 20):.0f})MB")
         self.in_use += nbytes
-        self.max_in_use = max(self.max_in_use, self.in_use)
-        self.num_allocs += 1
-        self.total_system_allocs += 1
-        self.max_alloc_size = max(self.max_alloc_size, nbytes)
+        self.allocations += 1
 
     def free(self, nbytes: int) -> None:
-        if nbytes <= 0 or nbytes > self.in_use or self.active_allocs == 0:
-            raise ValueError(f"cannot free {nbytes} bytes: {self.in_use} in use in {self.active_allocs} allocations")
+        if nbytes <= 0 or nbytes > self.in_use or self.allocations == 0:
+            raise ValueError(f"cannot free {nbytes} bytes: {self.in_use} in use in {self.allocations} allocations")
         self.in_use -= nbytes
-        self.num_frees += 1
-        self.total_system_frees += 1
+        self.allocations -= 1
 
-    @property
-    def active_allocs(self) -> int:
-        return self.num_allocs - self.num_frees
 
-    def reset_peak(self) -> None:
-        self.max_in_use = self.in_use
-        self.max_alloc_size = 0
+class DeviceAcquireError(RuntimeError):
+    """What the bridge raises when synDeviceAcquire* fails (the text follows synapse_helpers/device.cpp)."""
 
-    def stats(self) -> dict[str, int]:
-        return {
-            "Limit": self.limit,
-            "InUse": self.in_use,
-            "MaxInUse": self.max_in_use,
-            "NumAllocs": self.num_allocs,
-            "NumFrees": self.num_frees,
-            "ActiveAllocs": self.active_allocs,
-            "MaxAllocSize": self.max_alloc_size,
-            "TotalSystemAllocs": self.total_system_allocs,
-            "TotalSystemFrees": self.total_system_frees,
-            "TotalActiveAllocs": self.total_system_allocs - self.total_system_frees,
-        }
+
+class Machine:
+    """The cards of the fake box, shared by all processes of a test through a directory.
+
+    A card is held by an exclusive lock on its file (the kernel drops it when the holding process ends, as the driver
+    releases a card); every acquisition is appended to acquisitions.jsonl with the process id.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.directory / "acquisitions.jsonl"
+
+    def _try_lock(self, card: int) -> int | None:
+        fd = os.open(self.directory / f"card{card}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        return fd
+
+    def holder(self, card: int) -> str:
+        try:
+            return (self.directory / f"card{card}.lock").read_text() or "?"
+        except OSError:
+            return "?"
+
+    def acquire(self, device_count: int) -> tuple[int, int]:
+        """(card, lock fd) for this process, chosen as Habana's device acquisition chooses."""
+        module_id = os.environ.get("HLS_MODULE_ID")
+        world_size = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
+        if device_count < 1:
+            raise DeviceAcquireError("Device acquire failed. No devices found.")
+        fallback = "HABANA_VISIBLE_MODULES" not in os.environ and device_count >= world_size
+        if module_id is not None:
+            card = int(module_id)
+            fd = self._try_lock(card) if 0 <= card < device_count else None
+            if fd is not None:
+                return self._logged(card, fd, f"by HLS_MODULE_ID={module_id}")
+            if not fallback:
+                holder = self.holder(card) if 0 <= card < device_count else "no such card"
+                raise DeviceAcquireError(
+                    f"synStatus=8 [Device already acquired] Device acquire failed. (HLS_MODULE_ID={module_id}: held by"
+                    f" process {holder})")
+        for card in range(device_count):
+            fd = self._try_lock(card)
+            if fd is not None:
+                return self._logged(card, fd, "by device type")
+        raise DeviceAcquireError(
+            f"synStatus=8 [Device already acquired] Device acquire failed. (all {device_count} cards are held)")
+
+    def _logged(self, card: int, fd: int, how: str) -> tuple[int, int]:
+        entry = {"pid": os.getpid(), "ppid": os.getppid(), "card": card, "how": how, "time": time.time()}
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(entry) + "\n")
+        return card, fd
+
+    def acquisitions(self) -> list[dict[str, Any]]:
+        """Every acquisition on this machine, in order: {"pid", "ppid", "card", "how", "time"}."""
+        if not self.log_path.exists():
+            return []
+        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.strip()]
 
 
 @dataclass
@@ -148,6 +226,7 @@ class FakeState:
     memory: dict[int, DeviceMemory] = field(default_factory=dict)
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     originals: dict[str, Any] = field(default_factory=dict)  # what importing the fake replaced in torch
+    machine: Machine | None = None
 
     def card(self, index: int) -> DeviceMemory:
         if index not in self.memory:
@@ -158,7 +237,8 @@ class FakeState:
         self.config = config or FakeConfig()
         self.calls.clear()
         self.memory.clear()
-        self.metrics = {name: {"TotalNumber": 0, "TotalTime": 0} for name in METRIC_NAMES}
+        self.metrics = {name: json.loads(json.dumps(tags)) for name, tags in METRIC_TAGS.items()}
+        self.machine = Machine(self.config.machine_dir) if self.config.machine_dir else None
 
 
 STATE = FakeState()
@@ -187,8 +267,8 @@ def recorded(fn: Callable) -> Callable:
     return wrapper
 
 
-def device_index(device: Any = None, optional: bool = True) -> int:
-    """None / 'hpu' / 'hpu:1' / torch.device('hpu', 1) / 1 -> a valid card index (like habana's _get_device_index)."""
+def device_index(device: Any = None) -> int:
+    """None / 'hpu' / 'hpu:1' / torch.device('hpu', 1) / 1 -> a card index checked against device_count()."""
     if device is None:
         index = STATE.config.current_device
     elif isinstance(device, int):
@@ -201,5 +281,5 @@ def device_index(device: Any = None, optional: bool = True) -> int:
         index = int(number) if number else STATE.config.current_device
     count = STATE.config.device_count if STATE.config.available else 0
     if not 0 <= index < count:
-        raise AssertionError(f"Invalid device id {index}: {count} HPU devices are visible")
+        raise AssertionError("Invalid device id")
     return index

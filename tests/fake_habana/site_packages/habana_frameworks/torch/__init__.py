@@ -1,26 +1,23 @@
-"""Fake habana_frameworks.torch: importing it swaps torch.profiler.ProfilerActivity for a Python Enum, like the real
-one."""
+"""Fake habana_frameworks.torch: importing it loads the whole stack, as Habana's does (torch/__init__.py, 1.19).
 
-import enum
-
-import torch.profiler
+The activity profiler swaps torch's profiler classes; core registers `torch.hpu` (and, in eager mode, the
+"hpu_backend" for torch.compile) and sets HABANA_PROFILE; distributed.hccl initialises the distributed environment
+from the launcher's variables (it may set MASTER_ADDR / MASTER_PORT) and registers "hccl"; then hpu. There is no
+`__version__`: the version is the `habana-torch-plugin` distribution's (install_fake_habana writes its dist-info).
+"""
 
 from habana_frameworks._fake import STATE as _STATE
 
 if _STATE.config.import_error:
     raise ImportError(_STATE.config.import_error)
 
-__version__ = _STATE.config.version
-
 _STATE.calls.record("import habana_frameworks.torch")
-if "ProfilerActivity" not in _STATE.originals:
-    _STATE.originals["ProfilerActivity"] = torch.profiler.ProfilerActivity
 
+import habana_frameworks.autoload  # noqa: E402
 
-class ProfilerActivity(enum.Enum):
-    CPU = 0
-    CUDA = 1
-    HPU = 2
+habana_frameworks.autoload.is_loaded = True  # as Habana's: the autoload entry point must not import it again
 
-
-torch.profiler.ProfilerActivity = ProfilerActivity
+import habana_frameworks.torch.activity_profiler  # noqa: E402, F401
+import habana_frameworks.torch.core  # noqa: E402, F401
+import habana_frameworks.torch.distributed.hccl  # noqa: E402, F401
+import habana_frameworks.torch.hpu  # noqa: E402, F401

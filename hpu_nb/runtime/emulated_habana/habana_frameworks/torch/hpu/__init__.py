@@ -19,6 +19,7 @@ import torch
 from hpu_nb.runtime import hpu_device
 
 __emulated__ = True
+from habana_frameworks.torch.hpu import metrics  # noqa: E402, F401  (hthpu.metrics.metric_global, as Habana's)
 _device_t = Union[torch.device, str, int, None]
 _initialized = False
 _init_lock = threading.Lock()

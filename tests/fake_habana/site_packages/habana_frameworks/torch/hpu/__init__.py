@@ -1,10 +1,16 @@
-"""Fake habana_frameworks.torch.hpu: device queries and memory, every call recorded.
+"""Fake habana_frameworks.torch.hpu (and so torch.hpu): device queries, card acquisition and memory, every call recorded.
 
 Built on hpu_nb's emulated `hpu` device, so tests on the fake train real models on `hpu` tensors: the card this
-process drives (hpu:0) counts real allocations, with the fake machine's Limit and device name. The other cards of the
-fake machine exist only as facts (pyhlml / hl-smi), kept in habana_frameworks._fake.
+process drives counts real allocations, with the fake machine's Limit and device name. As in Habana's module:
+- `is_available()` / `device_count()` read the machine without acquiring a card;
+- `_lazy_init()` (torch calls it before the first hpu tensor; get_device_name, current_device, synchronize and the
+  memory functions call it) acquires this process's card, logged with the process id in the machine's log;
+  `is_initialized()` is True afterwards;
+- a forked child of a process that acquired a card cannot use the device.
+The other cards of the machine exist only as facts (pyhlml / hl-smi), kept in habana_frameworks._fake.
 """
 
+import os
 import sys
 
 from habana_frameworks._fake import STATE as _STATE
@@ -14,10 +20,13 @@ from habana_frameworks.torch.hpu import metrics  # noqa: F401  (hthpu.metrics.me
 
 hpu = sys.modules[__name__]  # public code calls hthpu.hpu.memory_stats(dev)
 _initialized = False
+_owner_pid = None  # the process that acquired the card
+card = None  # the machine's card this process holds
+_card_lock = None  # the held lock's file descriptor (released by the kernel when the process ends)
 
 
-def _card():
-    """Load the emulated device as this fake machine's card (its Limit and generation)."""
+def _device():
+    """Load the emulated device as this fake machine's card (its Limit and generation, and the release's op lists)."""
     from hpu_nb.runtime import hpu_device
     from hpu_nb.runtime.generations import generation_from_name
 
@@ -26,14 +35,37 @@ def _card():
         device_count_is_explicit=True)
     if not hpu_device.is_loaded() or hpu_device.card_config() != config:
         hpu_device.load(config)
+    from habana_frameworks.torch.core import _autocast_lists
+
+    _autocast_lists.apply()
     return hpu_device
+
+
+def _check_process():
+    if _initialized and os.getpid() != _owner_pid:
+        raise RuntimeError(
+            f"synStatus 26 [Generic failure]: the HPU was acquired by process {_owner_pid} before process {os.getpid()}"
+            " was forked from it; a forked child cannot use the device its parent acquired")
 
 
 @_recorded
 def _lazy_init():
-    global _initialized
-    _card()
+    global _initialized, _owner_pid, card, _card_lock
+    _check_process()
+    if _initialized:
+        return
+    if not _STATE.config.supports_device:
+        raise RuntimeError(f"synStatus 26 [Generic failure]: {_STATE.config.device_name} is not supported by Gaudi"
+                           f" software {_STATE.config.release}")
+    if _STATE.machine is None:
+        raise RuntimeError("the fake Gaudi has no machine directory (install it with install_fake_habana)")
+    card, _card_lock = _STATE.machine.acquire(_STATE.config.device_count if _STATE.config.available else 0)
+    _owner_pid = os.getpid()
     _initialized = True
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    DefaultDeviceType.set_device_type("hpu")
+    _device()
 
 
 @_recorded
@@ -58,6 +90,8 @@ def device_count():
 
 @_recorded
 def get_device_name(device=None):
+    if not is_available():
+        return ""
     _lazy_init()  # as in Habana's bridge: asking the name acquires a card
     _device_index(device)
     return _STATE.config.device_name
@@ -74,8 +108,27 @@ def set_device(device):
     _device_index(device)
 
 
+class device:  # noqa: N801 (Habana's name)
+    """Context manager selecting a device (torch.load uses it for hpu tensors); one card per process, hpu:0."""
+
+    def __init__(self, device):
+        self.idx = -1 if device is None else (_device_index(device) if not isinstance(device, int) or device >= 0 else -1)
+
+    def __enter__(self):
+        if self.idx >= 0:
+            _lazy_init()
+
+    def __exit__(self, *exc):
+        return False
+
+
+class device_of(device):  # noqa: N801 (Habana's name)
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "hpu" else -1)
+
+
 @_recorded
-def synchronize(device=None):
+def synchronize():
     _lazy_init()
 
 
@@ -85,10 +138,15 @@ def is_autocast_hpu_enabled():
 
 
 @_recorded
+def is_bf16_supported():
+    return is_available()
+
+
+@_recorded
 def memory_stats(device=None):
     _lazy_init()
     _device_index(device)
-    return _card().memory_stats()
+    return _device().memory_stats()
 
 
 @_recorded
@@ -103,8 +161,9 @@ def max_memory_allocated(device=None):
 
 @_recorded
 def reset_peak_memory_stats(device=None):
+    _lazy_init()
     _device_index(device)
-    _card().reset_peak_memory_stats()
+    _device().reset_peak_memory_stats()
 
 
 @_recorded
@@ -125,3 +184,17 @@ def set_rng_state(new_state, device="hpu"):
     import torch
 
     torch.set_rng_state(new_state)
+
+
+@_recorded
+def manual_seed(seed):
+    import torch
+
+    return torch.manual_seed(seed)
+
+
+@_recorded
+def manual_seed_all(seed):
+    import torch
+
+    torch.manual_seed(seed)

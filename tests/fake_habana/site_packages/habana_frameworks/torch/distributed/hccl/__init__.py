@@ -1,7 +1,11 @@
-"""Fake habana_frameworks.torch.distributed.hccl: importing it registers the "hccl" backend for the hpu device.
+"""Fake habana_frameworks.torch.distributed.hccl: what importing Habana's module does (distributed/hccl/__init__.py).
 
-The collectives are hpu_nb's emulated HCCL (gloo on the hpu tensors' host memory), so a process group created with
-backend="hccl" really communicates, and refuses host tensors as HCCL does; uninstalling the fake unregisters it.
+On import it calls `initialize_distributed_hpu()` from the environment: Open MPI's variables are copied to
+WORLD_SIZE / RANK / LOCAL_RANK unless all three are set, and then MASTER_ADDR / MASTER_PORT default to localhost /
+12345 (so two jobs on one machine that do not set their own port collide); HLS_MODULE_ID is set for the local rank
+(from HABANA_VISIBLE_MODULES when set) when the world has more than one process. It registers the "hccl" backend for
+the hpu device only; the collectives are hpu_nb's emulated HCCL (gloo on the hpu tensors' host memory), so a process
+group created with backend="hccl" really communicates and refuses host tensors as HCCL does.
 """
 
 import os
@@ -10,6 +14,51 @@ from habana_frameworks._fake import STATE as _STATE
 from habana_frameworks._fake import recorded as _recorded
 
 _STATE.calls.record("import habana_frameworks.torch.distributed.hccl")
+_MPI = {"OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK": "RANK"}
+
+
+def _setup_module_id(local_rank=-1, world_size=1):
+    if "HLS_MODULE_ID" in os.environ or local_rank == -1 or world_size == 1:
+        return
+    if "HABANA_VISIBLE_MODULES" in os.environ:
+        visible = os.environ["HABANA_VISIBLE_MODULES"].split(",")
+        assert local_rank < len(visible), ("There is not enough devices available for training. Please verify if"
+                                           " HABANA_VISIBLE_MODULES is set correctly.")
+        os.environ["HLS_MODULE_ID"] = visible[local_rank]
+        return
+    os.environ["HLS_MODULE_ID"] = str(local_rank)
+
+
+def _setup_environment_from_mpi():
+    if all(name in os.environ for name in _MPI.values()):
+        return
+    if all(name in os.environ for name in _MPI):
+        for mpi_name, name in _MPI.items():
+            os.environ[name] = os.environ[mpi_name]
+    if os.getenv("MASTER_ADDR") is None:
+        os.environ["MASTER_ADDR"] = "localhost"
+    if os.getenv("MASTER_PORT") is None:
+        os.environ["MASTER_PORT"] = "12345"
+
+
+@_recorded
+def initialize_distributed_hpu(world_size=None, rank=None, local_rank=None):
+    if all(v is not None for v in (world_size, rank, local_rank)):
+        os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"] = (
+            str(world_size), str(rank), str(local_rank))
+    else:
+        _setup_environment_from_mpi()
+    world_size = int(os.getenv("WORLD_SIZE", 1))
+    rank = int(os.getenv("RANK", -1))
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    _setup_module_id(local_rank=local_rank, world_size=world_size)
+    if rank != -1:
+        os.environ["ID"] = str(rank)
+    return world_size, rank, local_rank
+
+
+initialize_distributed_hpu()
 
 
 def _register():
@@ -17,25 +66,9 @@ def _register():
 
     from hpu_nb.runtime.hpu_device import hccl
 
-    if not dist.is_available():
-        return
-    hccl.register()
-    _STATE.originals["hccl registered"] = True
+    if dist.is_available():
+        _STATE.originals.setdefault("hccl registered before", "hccl" in dist.Backend.backend_list)
+        hccl.register()
 
 
 _register()
-
-
-@_recorded
-def initialize_distributed_hpu(world_size=None, rank=None, local_rank=None):
-    """Resolve (world_size, rank, local_rank) from the arguments or the launcher's environment and export them."""
-    env = os.environ
-    world_size = int(world_size if world_size is not None else env.get("WORLD_SIZE", 1))
-    rank = int(rank if rank is not None else env.get("RANK", 0))
-    local_rank = int(local_rank if local_rank is not None else env.get("LOCAL_RANK", rank))
-    env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"] = str(world_size), str(rank), str(local_rank)
-    env["ID"] = str(rank)
-    modules = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
-    if modules:
-        env["HLS_MODULE_ID"] = modules[local_rank % len(modules)]
-    return world_size, rank, local_rank

@@ -1,53 +1,33 @@
-"""Fake Habana transformer engine: te.Linear, te.fp8_autocast, te.recipe, te.fp8.
+"""Fake habana_frameworks.torch.hpex.experimental.transformer_engine (`te`).
 
-fp8 is simulated on the CPU: inside fp8_autocast a te.Linear rounds its input and weight through
-float8 (E4M3 forward, per-tensor max-abs scaling) and returns bfloat16, as fp8 modules do on a Gaudi.
+From Gaudi software 1.19 it is a shim, as Habana's is: it re-exports `intel_transformer_engine` (classes keep that
+module name; its submodules are aliased under this name in sys.modules). Up to 1.18 the engine lived here: the
+classes are this module's own.
 """
 
 import contextlib
-
-import torch
+import importlib
+import sys
 
 from habana_frameworks._fake import STATE as _STATE
-from habana_frameworks._fake import recorded as _recorded
-from habana_frameworks.torch.hpex.experimental.transformer_engine import fp8, recipe  # noqa: F401
-from habana_frameworks.torch.hpex.experimental.transformer_engine.fp8 import FP8GlobalStateManager
 
-_FP8_MAX = {"E4M3": 240.0, "E5M2": 57344.0}  # Gaudi2's E4M3 range is +-240
+_te = importlib.import_module("intel_transformer_engine")
 
+if _STATE.config.release_tuple >= (1, 19):
+    for _name in dir(_te):
+        if not _name.startswith("__"):
+            _attr = getattr(_te, _name)
+            if isinstance(_attr, type(sys)):
+                sys.modules[f"{__name__}.{_name}"] = _attr
+            globals()[_name] = _attr
+    __all__ = [n for n in dir(_te) if not n.startswith("__")]
+else:
+    from intel_transformer_engine import fp8, recipe  # noqa: F401
 
-def _through_fp8(x, fmt):
-    dtype = torch.float8_e4m3fn if fmt == "E4M3" else torch.float8_e5m2
-    amax = x.detach().abs().max().clamp(min=1e-12)
-    scale = _FP8_MAX[fmt] / amax
-    return (x.float() * scale).to(dtype).float() / scale
+    class Linear(_te.Linear):
+        """te.Linear of Gaudi software up to 1.18 (defined in habana_frameworks)."""
 
-
-class Linear(torch.nn.Linear):
-    """Like torch.nn.Linear; under fp8_autocast its matmul sees fp8-rounded operands and it returns bfloat16."""
-
-    @_recorded
-    def __init__(self, in_features, out_features, bias=True, **kwargs):
-        super().__init__(in_features, out_features, bias=bias)
-
-    def forward(self, x):
-        if not FP8GlobalStateManager.is_fp8_enabled():
-            return super().forward(x)
-        fmt = "E4M3"  # HYBRID: E4M3 in the forward pass, E5M2 for gradients
-        rec = FP8GlobalStateManager.get_fp8_recipe()
-        if rec is not None and rec.fp8_format == recipe.Format.E5M2:
-            fmt = "E5M2"
-        out = torch.nn.functional.linear(_through_fp8(x, fmt), _through_fp8(self.weight, fmt), self.bias)
-        return out.to(torch.bfloat16)
-
-
-@_recorded
-@contextlib.contextmanager
-def fp8_autocast(enabled=True, fp8_recipe=None, **kwargs):
-    if enabled and _STATE.config.device_name.upper() == "GAUDI":
-        raise RuntimeError("FP8 is not supported on GAUDI (first generation): fp8 needs Gaudi2 or newer")
-    previous = FP8GlobalStateManager._enter(enabled, fp8_recipe or recipe.DelayedScaling())
-    try:
-        yield
-    finally:
-        FP8GlobalStateManager._exit(previous)
+    @contextlib.contextmanager
+    def fp8_autocast(enabled=True, fp8_recipe=None, **kwargs):
+        with _te.fp8_autocast(enabled=enabled, fp8_recipe=fp8_recipe, **kwargs):
+            yield

@@ -26,7 +26,9 @@ def fp8_max(dtype: torch.dtype) -> float:
 
 
 def amax(x: torch.Tensor) -> torch.Tensor:
-    """max |x| as a float32 scalar tensor."""
+    """max |x| as a float32 scalar tensor (0 for an empty tensor, e.g. a batch of no rows)."""
+    if x.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
     return x.detach().abs().amax().float()
 
 
@@ -74,6 +76,8 @@ def scaled_mm(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """(a / a_scale) @ (b / b_scale) for fp8 `a` (m, k) and `b` (k, n), accumulated in float32."""
+    if 0 in (a.shape[0], a.shape[1], b.shape[1]):  # no rows, columns or terms: _scaled_mm refuses empty operands
+        return torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     inv_a = (1.0 / a_scale).float().reshape(())
     inv_b = (1.0 / b_scale).float().reshape(())
     if _scaled_mm_works():

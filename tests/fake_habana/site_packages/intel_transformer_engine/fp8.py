@@ -1,4 +1,4 @@
-"""Fake transformer_engine.fp8: FP8GlobalStateManager tells whether an fp8_autocast region is active."""
+"""Fake intel_transformer_engine.fp8: FP8GlobalStateManager tells whether an fp8_autocast region is active."""
 
 
 class FP8GlobalStateManager:

@@ -1,4 +1,4 @@
-"""Fake transformer_engine.recipe: Format and DelayedScaling."""
+"""Fake intel_transformer_engine.recipe: Format and DelayedScaling."""
 
 import enum
 from dataclasses import dataclass

@@ -1,0 +1,339 @@
+"""The emulated Gaudi's fp8: a training layer like te.Linear, and measure / quantize like Intel Neural Compressor.
+
+Training: inside `emulated_fp8_autocast(enabled=True)`, Fp8Linear quantises its input and weight to the recipe's
+forward format (E4M3 for HYBRID) and the incoming gradient to the backward format (E5M2 for HYBRID), each with a
+per-tensor scale from an amax history (delayed scaling: this step uses the scale earlier steps chose), multiplies with
+torch._scaled_mm and returns bfloat16 like Habana's fp8 modules. Outside it, it is a plain nn.Linear.
+
+Inference: measuring hooks every selected module (INC's allowlist / blocklist rules) and records max |input|,
+|weight|, |output|; the measurement document is written in INC's format ("Mode": "DynamicRange", "Nodes"). Quantizing
+replaces each measured nn.Linear by Fp8QuantLinear: a static input scale from the measurement, the weight stored in
+float8, per-tensor scales by the config's scale method. What INC can do and this emulation cannot (per-channel or
+optimised scales, other observers, other module types) is refused by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+
+from hpu_nb.runtime.fp8 import Fp8Engine, Fp8EngineError
+from hpu_nb.runtime.fp8.numerics import amax, quantize, scale_from_amax, scaled_mm
+from hpu_nb.runtime.fp8.recipe import DelayedScaling, as_recipe
+
+OUT_DTYPE = torch.bfloat16
+INPUT, WEIGHT, GRAD = 0, 1, 2
+
+_state = threading.local()
+
+
+def fp8_enabled() -> bool:
+    return getattr(_state, "enabled", False)
+
+
+def active_recipe() -> Optional[DelayedScaling]:
+    return getattr(_state, "recipe", None)
+
+
+@contextlib.contextmanager
+def emulated_fp8_autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
+    """Turn the emulated fp8 layers on (or off) inside the block; nests like te.fp8_autocast."""
+    previous = (fp8_enabled(), active_recipe())
+    _state.enabled, _state.recipe = bool(enabled), (as_recipe(recipe) if recipe is not None else previous[1])
+    try:
+        yield
+    finally:
+        _state.enabled, _state.recipe = previous
+
+
+class _Fp8Matmul(torch.autograd.Function):
+    """y = x W^T + b with fp8 operands; the backward pass quantises the gradient too (it is where E5M2 is used)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear") -> torch.Tensor:
+        recipe = layer.recipe
+        fwd = recipe.fp8_format.forward_dtype
+        x2 = x.reshape(-1, x.shape[-1])
+        sx, sw = layer.scale[INPUT].clone(), layer.scale[WEIGHT].clone()
+        xq, wq = quantize(x2, sx, fwd), quantize(weight, sw, fwd)
+        if layer.training:
+            layer._record(INPUT, amax(x2))
+            layer._record(WEIGHT, amax(weight))
+        out = scaled_mm(xq, wq.t(), sx, sw, out_dtype=torch.float32)
+        if bias is not None:
+            out = out + bias.float()
+        ctx.save_for_backward(xq, wq, sx, sw)
+        ctx.layer, ctx.x_shape, ctx.x_dtype, ctx.has_bias = layer, x.shape, x.dtype, bias is not None
+        return out.to(OUT_DTYPE).reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
+        xq, wq, sx, sw = ctx.saved_tensors
+        layer: Fp8Linear = ctx.layer
+        bwd = layer.recipe.fp8_format.backward_dtype
+        g2 = grad_out.reshape(-1, grad_out.shape[-1])
+        sg = layer.scale[GRAD].clone()
+        layer._record(GRAD, amax(g2))
+        gq = quantize(g2, sg, bwd)
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = scaled_mm(gq, wq, sg, sw, out_dtype=torch.float32).to(ctx.x_dtype).reshape(ctx.x_shape)
+        if ctx.needs_input_grad[1]:
+            grad_w = scaled_mm(gq.t(), xq, sg, sx, out_dtype=torch.float32).to(layer.weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2.float().sum(0).to(layer.bias.dtype)
+        return grad_x, grad_w, grad_b, None
+
+
+class Fp8Linear(torch.nn.Module):
+    """nn.Linear with emulated fp8 matmuls under fp8_autocast; keeps the original layer's parameters."""
+
+    def __init__(self, linear: torch.nn.Linear, recipe: Any = None) -> None:
+        super().__init__()
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"Fp8Linear wraps an nn.Linear, got {type(linear).__name__}.")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight  # the same Parameter: trained values kept, optimizers still see it
+        self.bias = linear.bias
+        self.recipe = as_recipe(recipe)
+        device = linear.weight.device
+        self.register_buffer("amax_history", torch.zeros(self.recipe.amax_history_len, 3, device=device))
+        self.register_buffer("scale", torch.ones(3, device=device))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long, device=device))
+        self._pending = torch.zeros(3, device=device)  # this step's amaxes, folded into the history on the next one
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> "Fp8Linear":
+        return cls(linear, recipe)
+
+    def _record(self, which: int, value: torch.Tensor) -> None:
+        self._pending[which] = torch.maximum(self._pending[which], value)
+
+    def _roll_history(self) -> None:
+        """Delayed scaling: fold the last step's amaxes into the history, and every `interval` steps rescale."""
+        if not bool(self._pending.any()):
+            return
+        self.amax_history.copy_(torch.roll(self.amax_history, 1, dims=0))
+        self.amax_history[0] = self._pending
+        self._pending = torch.zeros_like(self._pending)
+        self.steps += 1
+        if int(self.steps) % self.recipe.interval == 0:
+            if self.recipe.amax_compute_algo == "max":
+                current = self.amax_history.amax(dim=0)
+            else:
+                current = self.amax_history[0]
+            fmt = self.recipe.fp8_format
+            dtypes = (fmt.forward_dtype, fmt.forward_dtype, fmt.backward_dtype)
+            new = torch.stack([scale_from_amax(current[i], dtypes[i], self.recipe.margin) for i in range(3)])
+            self.scale.copy_(torch.where(current > 0, new, self.scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not fp8_enabled():
+            return F.linear(x, self.weight, self.bias)
+        if self.training:
+            self._roll_history()
+        return _Fp8Matmul.apply(x, self.weight, self.bias, self)
+
+    def extra_repr(self) -> str:
+        r = self.recipe
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"fp8_format={r.fp8_format.name}, amax_history_len={r.amax_history_len}, margin={r.margin}"
+        )
+
+
+# -- inference ---------------------------------------------------------------------------------------------------------
+SUPPORTED_TYPES = ("Linear",)  # module types the emulated Gaudi measures and quantizes
+SUPPORTED_OBSERVERS = ("maxabs",)
+SCALE_METHODS = ("unit_scale", "maxabs_hw", "maxabs_pow2", "maxabs_arbitrary")  # per-tensor scales it computes
+FP8_DTYPE = torch.float8_e4m3fn
+WEIGHT_TOLERANCE = 0.01  # relative max-abs difference between the measured and the current weight
+
+
+def selected_modules(model: torch.nn.Module, config: Mapping[str, Any]) -> dict[str, torch.nn.Module]:
+    """Modules INC would patch, by qualified name: a supported type not blocked by type; allowed when the allowlist is
+    empty or names its type or (regex) its name; not blocked by (regex) name."""
+    allow, block = config["allowlist"], config["blocklist"]
+    chosen = {}
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if not name or kind not in SUPPORTED_TYPES or kind in block["types"]:
+            continue
+        allowed = (not allow["types"] and not allow["names"]) or kind in allow["types"] or _matches(allow["names"], name)
+        if allowed and not _matches(block["names"], name):
+            chosen[name] = module
+    return chosen
+
+
+def _matches(patterns: list[str], name: str) -> bool:
+    return any(re.search(pattern, name) for pattern in patterns)
+
+
+class _Recorder:
+    """What measuring one model records: per module max |input|, |weight|, |output| and how often it ran."""
+
+    def __init__(self, modules: dict[str, torch.nn.Module]) -> None:
+        self.types = {name: type(m).__name__ for name, m in modules.items()}
+        self.shapes = {name: list(m.weight.shape) for name, m in modules.items()}
+        self.stats: dict[str, dict[str, float]] = {}
+        self.hooks = [m.register_forward_hook(self._hook(name)) for name, m in modules.items()]
+
+    def _hook(self, name: str) -> Any:
+        def hook(module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+            record = self.stats.setdefault(name, {"input": 0.0, "weight": 0.0, "output": 0.0, "calls": 0})
+            record["input"] = max(record["input"], float(amax(inputs[0])))
+            record["weight"] = max(record["weight"], float(amax(module.weight)))
+            record["output"] = max(record["output"], float(amax(output)))
+            record["calls"] += 1
+
+        return hook
+
+    def document(self) -> dict[str, Any]:
+        never_ran = sorted(set(self.types) - set(self.stats))
+        nodes = {
+            name: {"type": self.types[name], "shape": self.shapes[name], "calls": rec["calls"], "inputs": [rec["input"]],
+                   "outputs": [rec["output"]], "params": {"weight": rec["weight"]}}
+            for name, rec in sorted(self.stats.items())
+        }
+        return {"GlobalRank": None, "LocalRank": None, "Mode": "DynamicRange", "Observer": "maxabs", "Nodes": nodes,
+                "NotRun": never_ran, "hpu_nb": {"pid": os.getpid(), "time": time.time(), "torch": torch.__version__}}
+
+
+class Fp8QuantLinear(torch.nn.Module):
+    """A measured nn.Linear run in fp8: static input scale from the measurements, weight stored in float8."""
+
+    def __init__(self, linear: torch.nn.Linear, input_amax: float, scale_method: str) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.scale_method = linear.in_features, linear.out_features, scale_method
+        pow2 = scale_method in ("maxabs_hw", "maxabs_pow2")  # hardware-aligned scales are powers of two
+        unit = scale_method == "unit_scale"
+        weight = linear.weight.detach()
+        one = torch.ones((), device=weight.device)
+        w_scale = one if unit else scale_from_amax(amax(weight), FP8_DTYPE, power_of_two=pow2)
+        in_amax = torch.tensor(input_amax, device=weight.device)
+        in_scale = one if unit else scale_from_amax(in_amax, FP8_DTYPE, power_of_two=pow2)
+        self.register_buffer("weight_fp8", quantize(weight, w_scale, FP8_DTYPE))
+        self.register_buffer("weight_scale", w_scale)
+        self.register_buffer("input_scale", in_scale)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        out = scaled_mm(quantize(x2, self.input_scale, FP8_DTYPE), self.weight_fp8.t(), self.input_scale,
+                        self.weight_scale, torch.float32)
+        if self.bias is not None:
+            out = out + self.bias.detach().float()
+        return out.to(OUT_DTYPE).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, fp8=e4m3fn,"
+                f" scale_method={self.scale_method}")
+
+
+class EmulatedFp8Engine(Fp8Engine):
+    """fp8 on the emulated Gaudi: Fp8Linear for training, max-abs measurement and static quantization for inference."""
+
+    name = "emulated fp8 (float8 casts and torch._scaled_mm on the CPU)"
+
+    def __init__(self) -> None:
+        self._recorders: "weakref.WeakKeyDictionary[torch.nn.Module, _Recorder]" = weakref.WeakKeyDictionary()
+
+    # -- training
+    def is_fp8_layer(self, module: Any) -> bool:
+        return isinstance(module, Fp8Linear)
+
+    def fp8_layer(self, linear: Any, recipe: Any) -> Any:
+        return Fp8Linear(linear, recipe)
+
+    def autocast(self, enabled: bool, recipe: Any) -> Any:
+        return emulated_fp8_autocast(enabled=enabled, recipe=recipe)
+
+    # -- inference
+    def check_inference_config(self, config: Mapping[str, Any]) -> None:
+        problems = []
+        if config["observer"] not in SUPPORTED_OBSERVERS:
+            problems.append(f"observer {config['observer']!r} (it measures with {SUPPORTED_OBSERVERS})")
+        if config["scale_method"] not in SCALE_METHODS:
+            problems.append(f"scale_method {config['scale_method']!r} (it computes {', '.join(SCALE_METHODS)})")
+        unsupported = sorted(set(config["allowlist"]["types"]) - set(SUPPORTED_TYPES))
+        if unsupported:
+            problems.append(f"allowlist types {unsupported} (it measures and quantizes {SUPPORTED_TYPES} modules)")
+        if problems:
+            raise Fp8EngineError("Intel Neural Compressor accepts these settings on a Gaudi, but the emulated Gaudi"
+                                 " cannot run them: " + "; ".join(problems) + ".")
+
+    def start_measurement(self, model: Any, config: Mapping[str, Any]) -> Any:
+        modules = selected_modules(model, config)
+        if not modules:
+            raise Fp8EngineError(f"No module of {type(model).__name__} is selected for fp8 by the allowlist"
+                                 f" {config['allowlist']} and blocklist {config['blocklist']}.")
+        self._recorders[model] = _Recorder(modules)
+        return model
+
+    def finish_measurement(self, model: Any, config: Mapping[str, Any], path: Path) -> Path:
+        recorder = self._recorders.get(model)
+        if recorder is None:
+            raise Fp8EngineError("This model is not being measured (convert_modules(..., inference=True, quant=False)).")
+        if not recorder.stats:
+            raise Fp8EngineError(
+                "No fp8 measurements were recorded: run trainer.predict(model, ...) (or the model's forward) after "
+                "convert_modules(model, inference=True, quant=False).")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        import json
+
+        tmp.write_text(json.dumps(recorder.document(), indent=1), encoding="utf-8")
+        tmp.replace(path)
+        for hook in recorder.hooks:
+            hook.remove()
+        del self._recorders[model]
+        return path
+
+    def quantize(self, model: Any, config: Mapping[str, Any], measurements: Mapping[str, Any] | None) -> Any:
+        assert measurements is not None
+        modules = _check_against_measurements(model, config, measurements)
+        for name, module in modules.items():
+            node = measurements["Nodes"][name]
+            _set_submodule(model, name, Fp8QuantLinear(module, float(node["inputs"][0]), config["scale_method"]))
+        return model
+
+
+def _check_against_measurements(model: torch.nn.Module, config: Mapping[str, Any],
+                                document: Mapping[str, Any]) -> dict[str, torch.nn.Module]:
+    """The selected modules, after checking they are exactly those measured (names, types, shapes, weights)."""
+    modules = selected_modules(model, config)
+    nodes = document["Nodes"]
+    not_run = set(document.get("NotRun") or ())
+    existing = {name for name, _ in model.named_modules()}  # measured but not selected now (a blocklist): not quantized
+    problems = [f"{name!r} was measured but the model has no such module" for name in sorted(set(nodes) - existing)]
+    problems += [f"{name!r} ({type(modules[name]).__name__}) has no measurements"
+                 for name in sorted(set(modules) - set(nodes) - not_run)]
+    for name in sorted(set(modules) & set(nodes)):
+        module, node = modules[name], nodes[name]
+        if type(module).__name__ != node.get("type", type(module).__name__):
+            problems.append(f"{name!r} is a {type(module).__name__}, measured as a {node['type']}")
+            continue
+        if "shape" in node and list(module.weight.shape) != list(node["shape"]):
+            problems.append(f"{name!r} has weight shape {list(module.weight.shape)}, measured {node['shape']}")
+            continue
+        measured, now = float(node["params"]["weight"]), float(amax(module.weight))
+        if abs(now - measured) > WEIGHT_TOLERANCE * max(measured, 1e-12):
+            problems.append(f"{name!r} weights changed since measuring (max |w| {now:.4g} now, {measured:.4g} measured)")
+    if problems:
+        raise Fp8EngineError("The model does not match the fp8 measurements:\n  " + "\n  ".join(problems))
+    return {name: modules[name] for name in nodes if name in modules}
+
+
+def _set_submodule(model: torch.nn.Module, name: str, new: torch.nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)

@@ -1,0 +1,1 @@
+"""Fake habana_frameworks.torch.dynamo."""
