@@ -31,8 +31,8 @@ def test_script_launcher_acquires_one_card_per_worker_and_none_before_launching(
     fake = make_fake_gaudi(device_count=8, release="1.22.0")
     env = fake.subprocess_env()
     result = run_fit(tmp_path / "out", "--devices", "2", env={
-        "PYTHONPATH": env["PYTHONPATH"] + os.pathsep + str(ROOT), "HPU_NB_FAKE_HABANA_CONFIG": env["HPU_NB_FAKE_HABANA_CONFIG"],
-        "HPU_NB_BACKEND": "gaudi", **TENANT})
+        "PYTHONPATH": env["PYTHONPATH"] + os.pathsep + str(ROOT),
+        "HPU_NB_FAKE_HABANA_CONFIG": env["HPU_NB_FAKE_HABANA_CONFIG"], "HPU_NB_BACKEND": "gaudi", **TENANT})
     assert result.returncode == 0, result.stderr[-3000:]
     reports = rank_reports(tmp_path / "out")
     acquired = _worker_acquisitions(fake)
@@ -56,7 +56,8 @@ from tests.dist_scripts.fit import Model, data
 NOTEBOOK_FIT = """
 trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=1, logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False)
-print(json.dumps({"before_fit_acquired": get_backend().device_acquired(), "name": trainer.accelerator.get_device_name()}))
+print(json.dumps({"before_fit_acquired": get_backend().device_acquired(),
+                  "name": trainer.accelerator.get_device_name()}))
 trainer.fit(Model(), data())
 print(json.dumps({"kernel_pid": os.getpid(), "launcher": type(trainer.strategy.launcher).__name__,
                   "rank_sum": float(trainer.callback_metrics["rank_sum"]), "backend": get_backend().name,

@@ -216,7 +216,8 @@ def test_gaudi_measure_and_quantize_go_through_inc_while_the_model_is_on_the_dev
         model = make_model()
         assert plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=str(tmp_path)) is model
         (measure_cfg,) = inc.named("prepare")
-        assert measure_cfg["mode"] == "MEASURE" and measure_cfg["dump_stats_path"] == str(tmp_path / "inc_output" / "measure")
+        assert measure_cfg["mode"] == "MEASURE"
+        assert measure_cfg["dump_stats_path"] == str(tmp_path / "inc_output" / "measure")
         assert measure_cfg["observer"] == "maxabs"
         # Habana's environment is set before INC's prepare, and the prepared model initialised for the graph compiler
         names = [c.short for c in fake.calls.all() if c.short in ("hpu_set_env", "hpu_initialize")]
@@ -234,9 +235,10 @@ def test_gaudi_measure_and_quantize_go_through_inc_while_the_model_is_on_the_dev
         assert quant_cfg == {**measure_cfg, "mode": "QUANTIZE"} and quant_cfg["scale_method"] == "maxabs_hw"
 
 
-# -- configs as Intel Neural Compressor reads them (the ones optimum-habana ships), and malformed ones ------------------
+# -- configs as Intel Neural Compressor reads them (the ones optimum-habana ships), and malformed ones ------------
 # The fields of optimum-habana's examples/text-generation/quantization_config/maxabs_measure.json and maxabs_quant.json.
-OPTIMUM_MEASURE = {"method": "HOOKS", "mode": "MEASURE", "observer": "maxabs", "dump_stats_path": "./hqt_output/measure"}
+OPTIMUM_MEASURE = {"method": "HOOKS", "mode": "MEASURE", "observer": "maxabs",
+                   "dump_stats_path": "./hqt_output/measure"}
 OPTIMUM_QUANT = {"method": "HOOKS", "mode": "QUANTIZE", "observer": "maxabs", "scale_method": "maxabs_hw",
                  "dump_stats_path": "./hqt_output/measure"}
 
@@ -262,7 +264,8 @@ def test_optimum_habana_quant_configs_are_accepted_and_run(tmp_path, monkeypatch
     fresh_fp8_process._measured_in_this_process = False
     monkeypatch.setenv("QUANT_CONFIG", str(tmp_path / "quant.json"))
     quantized = make_model()
-    HPUPrecisionPlugin("fp8").convert_modules(quantized, inference=True, quant=True, fp8_data_path=str(tmp_path / "fp8"))
+    HPUPrecisionPlugin("fp8").convert_modules(quantized, inference=True, quant=True,
+                                              fp8_data_path=str(tmp_path / "fp8"))
     layers = {n: m for n, m in quantized.named_modules() if isinstance(m, Fp8QuantLinear)}
     assert sorted(layers) == ["net.0", "net.2"] and {m.scale_method for m in layers.values()} == {"unit_scale"}
     assert float(layers["net.0"].input_scale) == 1.0  # unit scale
@@ -395,8 +398,6 @@ def run_fresh_from(directory: Path, fp8_dir: Path) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, __file__, "quantize", str(directory), str(fp8_dir)], capture_output=True,
                           text=True, env=env, timeout=180)
 
-
-from tests.fake_habana.fixture import make_fake_gaudi  # noqa: E402, F401
 
 
 if __name__ == "__main__":

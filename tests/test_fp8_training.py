@@ -148,7 +148,7 @@ def test_convert_modules_needs_fp8_precision() -> None:
     ("1.21.0", "intel_transformer_engine"),  # the shim: the classes are Intel's
 ])
 def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(make_fake_gaudi, release, te_module) -> None:  # noqa: F811
-    fake_gaudi = make_fake_gaudi(release=release)
+    fake = make_fake_gaudi(release=release)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4, bias=False))
     weights = [model[0].weight.detach().clone(), model[2].weight.detach().clone()]
     plugin = HPUPrecisionPlugin("fp8")
@@ -156,7 +156,7 @@ def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(make_fak
     assert type(model[0]).__module__ == te_module and type(model[2]).__module__ == te_module
     assert torch.equal(model[0].weight, weights[0]) and torch.equal(model[2].weight, weights[1])
     assert model[2].bias is None
-    made = fake_gaudi.calls.named("Linear.__init__")
+    made = fake.calls.named("Linear.__init__")
     assert [c.kwargs.get("bias", c.args[3] if len(c.args) > 3 else True) for c in made] == [True, False]
 
     from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe as te_recipe
@@ -164,14 +164,14 @@ def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(make_fak
     with plugin.forward_context():
         assert torch.is_autocast_enabled("hpu")
         out = model(torch.randn(2, 8))
-    (call,) = fake_gaudi.calls.named("fp8_autocast")
+    (call,) = fake.calls.named("fp8_autocast")
     assert call.kwargs["enabled"] is True
     sent = call.kwargs["fp8_recipe"]
     assert isinstance(sent, te_recipe.DelayedScaling)
     assert (sent.margin, sent.amax_history_len, sent.fp8_format) == (2, 8, te_recipe.Format.HYBRID)
     assert out.dtype == torch.bfloat16
     plugin.convert_modules(model, replace_layers=True)  # already te modules (found with isinstance): left alone
-    assert fake_gaudi.calls.count("Linear.__init__") == 2
+    assert fake.calls.count("Linear.__init__") == 2
 
 
 def test_first_generation_gaudi_refuses_fp8(make_fake_gaudi) -> None:  # noqa: F811

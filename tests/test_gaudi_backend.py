@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import datetime
-import importlib
-import inspect
 import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -98,7 +94,7 @@ def test_selecting_and_describing_the_gaudi_acquires_no_card(make_fake_gaudi) ->
     assert [a["pid"] for a in fake.acquisitions()] == [os.getpid()] and backend.device_acquired()
 
 
-def test_generation_without_habanas_device_type_comes_from_the_machine_tools(make_fake_gaudi, fake_hlsmi,
+def test_generation_without_habanas_device_type_comes_from_the_machine_tools(make_fake_gaudi, fake_hlsmi,  # noqa: F811
                                                                              monkeypatch) -> None:  # noqa: F811
     fake = make_fake_gaudi(device_name="GAUDI3")
     fake_hlsmi.generation = "gaudi3"

@@ -139,7 +139,8 @@ def test_lower_list_alone_under_its_old_name_warns_once_naming_the_new_variable(
     code = ("import warnings, torch, lightning as L, hpu_nb\nfrom hpu_nb import HPUPrecisionPlugin\n"
             "from tests.models import LinearModel, regression_data, quiet_trainer_kwargs\n"
             "for _ in range(2):\n"
-            "    t = L.Trainer(**quiet_trainer_kwargs(accelerator='hpu', devices=1, max_steps=1), precision='bf16-mixed')\n"
+            "    t = L.Trainer(**quiet_trainer_kwargs(accelerator='hpu', devices=1, max_steps=1),\n"
+            "                  precision='bf16-mixed')\n"
             "    t.fit(LinearModel(8), regression_data(n=8, features=8))\n"
             "x = torch.randn(2, 2, device='hpu')\nwith torch.autocast('hpu', dtype=torch.bfloat16):\n"
             "    print('exp:', x.exp().dtype)")

@@ -98,7 +98,8 @@ def _unknown_op_message(entry: OpEntry) -> str:
 
 # -- reading -------------------------------------------------------------------------------------------------------
 def read_op_file(path: str | os.PathLike, *, what: str = "op list") -> tuple[OpEntry, ...]:
-    """Op names in a Habana op-list file, each with its file:line; a file that cannot be a list is an error naming it."""
+    """Op names in a Habana op-list file, each with its file:line; a file that cannot be a list is an error naming
+    it."""
     p = Path(path).expanduser()
     try:
         mode = p.stat().st_mode
@@ -151,7 +152,8 @@ def load_op_lists(lower: OpListSource = None, fp32: OpListSource = None) -> OpLi
     """Validated op lists from plugin arguments (a file path or op names each); a list not given stays the default."""
     lower_entries, lower_file = _entries(lower, what="lower_list argument")
     fp32_entries, fp32_file = _entries(fp32, what="fp32_list argument")
-    problems = [_unknown_op_message(e) for e in (*(lower_entries or ()), *(fp32_entries or ())) if not is_known_op(e.op)]
+    entries = (*(lower_entries or ()), *(fp32_entries or ()))
+    problems = [_unknown_op_message(e) for e in entries if not is_known_op(e.op)]
     first_lower: dict[str, OpEntry] = {}
     for e in lower_entries or ():
         first_lower.setdefault(e.op, e)

@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 # What users may write -> Lightning's unified name: the one table for every HPU precision plugin. "16" is Lightning's
-# shorthand for "16-mixed"; HPUPrecisionPlugin refuses it as ambiguous (HMP meant bfloat16 by it): see validate_precision.
+# shorthand for "16-mixed"; HPUPrecisionPlugin refuses it as ambiguous (HMP meant bfloat16 by it): see
+# validate_precision.
 PRECISION_ALIASES = {
     "32-true": "32-true",
     "32": "32-true",
@@ -50,7 +51,9 @@ PRECISION_ALIASES = {
     "16-true": "16-true",
 }
 PLUGIN_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8")  # what HPUPrecisionPlugin runs
-PRECISION_CHOICES = tuple(alias for alias, name in PRECISION_ALIASES.items() if name in PLUGIN_PRECISIONS and alias != "16")
+PRECISION_CHOICES = tuple(
+    alias for alias, name in PRECISION_ALIASES.items() if name in PLUGIN_PRECISIONS and alias != "16"
+)
 _HMP_KEYS = ("level", "verbose", "bf16_ops", "fp32_ops")
 
 

@@ -69,7 +69,7 @@ def check_fork_allowed() -> None:
         )
 
 
-# -- MASTER_PORT: Habana's HCCL import defaults it to 12345 ---------------------------------------------------------------
+# -- MASTER_PORT: Habana's HCCL import defaults it to 12345 -------------------------------------------------------
 HCCL_DEFAULT_PORT = "12345"
 HCCL_DEFAULT_ADDR = "localhost"
 

@@ -55,13 +55,15 @@ def te_recipe(recipe: Any) -> Any:
         return recipe
     r = as_recipe(recipe)
     module = transformer_engine().recipe
-    return module.DelayedScaling(margin=r.margin, interval=r.interval, fp8_format=getattr(module.Format, r.fp8_format.name),
+    return module.DelayedScaling(margin=r.margin, interval=r.interval,
+                                 fp8_format=getattr(module.Format, r.fp8_format.name),
                                  amax_history_len=r.amax_history_len, amax_compute_algo=r.amax_compute_algo)
 
 
 def inc_available() -> bool:
     try:
-        return importlib.util.find_spec("neural_compressor") is not None and importlib.util.find_spec(INC_MODULE) is not None
+        return (importlib.util.find_spec("neural_compressor") is not None
+                and importlib.util.find_spec(INC_MODULE) is not None)
     except (ImportError, ValueError):
         return False
 

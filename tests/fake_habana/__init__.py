@@ -26,8 +26,8 @@ SITE = str(HERE / "site_packages")
 PYHLML_SITE = str(HERE / "site_pyhlml")
 # Environment the fake (or code under test through it) may set; restored on uninstall.
 _ENV_KEYS = ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID", "MASTER_ADDR", "MASTER_PORT",
-             "HABANA_PROFILE", "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST", "LOWER_LIST",
-             "FP32_LIST")
+             "HABANA_PROFILE", "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST",
+             "LOWER_LIST", "FP32_LIST")
 _MISSING = object()
 CONFIG_ENV = "HPU_NB_FAKE_HABANA_CONFIG"  # read by habana_frameworks/_fake.py in a child process
 _FAKE_PACKAGES = ("habana_frameworks", "intel_transformer_engine")

@@ -88,7 +88,8 @@ def test_releases_import_torch_autoloads_habana_in_eager_mode():
         assert run_python(fake, code, {"PT_HPU_LAZY_MODE": "1"}).split() == ["False"]
         assert run_python(fake, code, {"PT_HPU_AUTOLOAD": "0"}).split() == ["False"]
     with install_fake_habana(release="1.18.0") as fake:  # lazy by default: no autoload unless asked for
-        assert run_python(fake, "import sys, torch; print('habana_frameworks.torch' in sys.modules)").split() == ["False"]
+        loaded = run_python(fake, "import sys, torch; print('habana_frameworks.torch' in sys.modules)")
+        assert loaded.split() == ["False"]
 
 
 # -- habana_frameworks.torch.hpu ------------------------------------------------------------------------------------
@@ -235,8 +236,8 @@ def test_hccl_import_initialises_from_the_environment_and_may_set_master_port(fa
     out = run_python(fake_gaudi, "import os, habana_frameworks.torch.distributed.hccl\n"
                                  "print(os.environ.get('MASTER_ADDR'), os.environ.get('MASTER_PORT'))")
     assert out.split() == ["localhost", "12345"]
-    out = run_python(fake_gaudi, "import os, habana_frameworks.torch.distributed.hccl\nprint(os.environ['MASTER_PORT'])",
-                     {"MASTER_PORT": "29555"})
+    show_port = "import os, habana_frameworks.torch.distributed.hccl\nprint(os.environ['MASTER_PORT'])"
+    out = run_python(fake_gaudi, show_port, {"MASTER_PORT": "29555"})
     assert out.split() == ["29555"]
     out = run_python(fake_gaudi, "import os, habana_frameworks.torch.distributed.hccl\n"
                                  "print(os.environ.get('MASTER_PORT'), os.environ['HLS_MODULE_ID'], os.environ['ID'])",
@@ -249,7 +250,8 @@ def test_hccl_initialize_distributed_hpu_sets_ranks_and_the_module_id(fake_gaudi
 
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5,6,7")
     assert initialize_distributed_hpu(world_size=4, rank=2, local_rank=2) == (4, 2, 2)
-    assert [os.environ[k] for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")] == ["4", "2", "2", "2", "6"]
+    keys = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")
+    assert [os.environ[k] for k in keys] == ["4", "2", "2", "2", "6"]
     del os.environ["HLS_MODULE_ID"]  # (the fake's uninstall restores it; monkeypatch would put this value back)
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4")
     with pytest.raises(AssertionError, match="not enough devices"):
@@ -264,7 +266,8 @@ def test_hccl_reduce_semantics_on_hpu_tensors_only(fake_gaudi):
 
     import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
-    dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
+    dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=20))
     try:
         assert dist.get_backend() == "hccl"
         value = torch.tensor([1.5, -2.0], device="hpu")

@@ -82,8 +82,10 @@ def make_config(mode: str, dump_stats_path: str, *, allowlist: Optional[Mapping[
     if mode not in ("MEASURE", "QUANTIZE"):
         raise ValueError(f"mode={mode!r}; choose 'MEASURE' or 'QUANTIZE'.")
     config = {"mode": mode, "observer": "maxabs",
-              "allowlist": {"types": list((allowlist or {}).get("types", [])), "names": list((allowlist or {}).get("names", []))},
-              "blocklist": {"types": list((blocklist or {}).get("types", [])), "names": list((blocklist or {}).get("names", []))},
+              "allowlist": {"types": list((allowlist or {}).get("types", [])),
+                            "names": list((allowlist or {}).get("names", []))},
+              "blocklist": {"types": list((blocklist or {}).get("types", [])),
+                            "names": list((blocklist or {}).get("names", []))},
               "dump_stats_path": str(dump_stats_path)}
     if mode == "QUANTIZE":
         config["scale_method"] = scale_method
@@ -93,14 +95,16 @@ def make_config(mode: str, dump_stats_path: str, *, allowlist: Optional[Mapping[
 def normalize_config(raw: Any, origin: str) -> dict:
     """An fp8 config with every setting filled in as INC would; an error naming `origin` and the key otherwise."""
     if not isinstance(raw, Mapping):
-        kind = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(raw), type(raw).__name__)
+        kinds = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+        kind = kinds.get(type(raw), type(raw).__name__)
         raise Fp8InferenceError(f"{origin} is a JSON {kind}, not an object of fp8 settings such as"
                                 ' {"mode": "MEASURE", "observer": "maxabs", "dump_stats_path": "..."}.')
     config = {key: copy.deepcopy(value) for key, value in raw.items() if key not in LIST_KEYS}
     config["mode"] = _choice(raw.get("mode", "QUANTIZE"), MODES, "mode", origin).upper()
     config["observer"] = _choice(raw.get("observer", "maxabs"), OBSERVERS, "observer", origin)
     method = raw.get("scale_method", "maxabs_hw")
-    config["scale_method"] = method if isinstance(method, Mapping) else _choice(method, SCALE_METHODS, "scale_method", origin)
+    config["scale_method"] = (method if isinstance(method, Mapping)
+                              else _choice(method, SCALE_METHODS, "scale_method", origin))
     for name in ("allowlist", "blocklist"):
         config[name] = {"types": [], "names": []}
     for key, target in LIST_KEYS.items():
@@ -114,12 +118,14 @@ def normalize_config(raw: Any, origin: str) -> dict:
 
 def _choice(value: Any, choices: tuple[str, ...], key: str, origin: str) -> str:
     if not isinstance(value, str) or value.strip().lower() not in {c.lower() for c in choices}:
-        raise Fp8InferenceError(f"{origin}: {key} {value!r} is not one of Intel Neural Compressor's: {', '.join(choices)}.")
+        raise Fp8InferenceError(
+            f"{origin}: {key} {value!r} is not one of Intel Neural Compressor's: {', '.join(choices)}."
+        )
     return value.strip().lower()
 
 
 def _list_setting(value: Any, key: str, origin: str) -> dict[str, list[str]]:
-    shape = f'{{"types": ["Linear"], "names": ["lm_head"]}}'
+    shape = '{"types": ["Linear"], "names": ["lm_head"]}'
     if not isinstance(value, Mapping):
         raise Fp8InferenceError(f"{origin}: {key} must be an object like {shape}, not {value!r}.")
     unknown = sorted(set(value) - {"types", "names"})
@@ -194,7 +200,8 @@ def _present_measurements(config: Mapping[str, Any]) -> list[str]:
 def read_measurements(path: Path) -> dict:
     """A max-abs measurement document, every amax checked to be a finite, non-negative number."""
     document = _read_json(path, "fp8 measurements {path} do not exist")
-    if not isinstance(document, dict) or document.get("Mode") != "DynamicRange" or not isinstance(document.get("Nodes"), dict):
+    if (not isinstance(document, dict) or document.get("Mode") != "DynamicRange"
+            or not isinstance(document.get("Nodes"), dict)):
         raise Fp8InferenceError(f"{path} is not a max-abs measurement file (expected an object with 'Mode':"
                                 " 'DynamicRange' and 'Nodes').")
     for name, node in document["Nodes"].items():
@@ -252,7 +259,9 @@ def _step_config(path: Path, quant: Union[bool, str, dict]) -> tuple[dict, str]:
     return config, config["mode"]
 
 
-def prepare_inference(model: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]) -> torch.nn.Module:
+def prepare_inference(
+    model: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
+) -> torch.nn.Module:
     """Set `model` up to measure or to run quantized (the config's mode decides); returns the model to use."""
     global _measured_in_this_process
     path = data_dir(fp8_data_path)
@@ -318,7 +327,8 @@ def finalize_measurements(module: Optional[torch.nn.Module] = None) -> list[Path
                 " conversion). Measure on one card, or launch the measurement as a script so each process converts"
                 " its own model.", stacklevel=2)
         try:
-            state.written = engine.finish_measurement(model, state.config, measurement_file(state.config, state.rank_world))
+            target = measurement_file(state.config, state.rank_world)
+            state.written = engine.finish_measurement(model, state.config, target)
         except Fp8EngineError as err:
             raise Fp8InferenceError(str(err)) from None
         written.append(state.written)

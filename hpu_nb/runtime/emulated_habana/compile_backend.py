@@ -62,8 +62,8 @@ def _habanas(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Any
     if habana is None:
         _COMPILER_FNS[NAME] = hpu_backend
         raise RuntimeError(
-            "torch.compile(backend='hpu_backend') needs Habana's own backend, which habana_frameworks registers in eager"
-            " mode only; this process runs Habana's software in lazy mode. Start Python with PT_HPU_LAZY_MODE=0"
+            "torch.compile(backend='hpu_backend') needs Habana's own backend, which habana_frameworks registers in"
+            " eager mode only; this process runs Habana's software in lazy mode. Start Python with PT_HPU_LAZY_MODE=0"
             " (the default since Gaudi software 1.21) to compile, or run without torch.compile in lazy mode."
         )
     return habana(graph_module, example_inputs, **kwargs)

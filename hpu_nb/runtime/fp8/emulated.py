@@ -59,7 +59,9 @@ class _Fp8Matmul(torch.autograd.Function):
     """y = x W^T + b with fp8 operands; the backward pass quantises the gradient too (it is where E5M2 is used)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear") -> torch.Tensor:
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear"
+    ) -> torch.Tensor:
         recipe = layer.recipe
         fwd = recipe.fp8_format.forward_dtype
         x2 = x.reshape(-1, x.shape[-1])
@@ -168,7 +170,8 @@ def selected_modules(model: torch.nn.Module, config: Mapping[str, Any]) -> dict[
         kind = type(module).__name__
         if not name or kind not in SUPPORTED_TYPES or kind in block["types"]:
             continue
-        allowed = (not allow["types"] and not allow["names"]) or kind in allow["types"] or _matches(allow["names"], name)
+        unrestricted = not allow["types"] and not allow["names"]
+        allowed = unrestricted or kind in allow["types"] or _matches(allow["names"], name)
         if allowed and not _matches(block["names"], name):
             chosen[name] = module
     return chosen
@@ -200,8 +203,8 @@ class _Recorder:
     def document(self) -> dict[str, Any]:
         never_ran = sorted(set(self.types) - set(self.stats))
         nodes = {
-            name: {"type": self.types[name], "shape": self.shapes[name], "calls": rec["calls"], "inputs": [rec["input"]],
-                   "outputs": [rec["output"]], "params": {"weight": rec["weight"]}}
+            name: {"type": self.types[name], "shape": self.shapes[name], "calls": rec["calls"],
+                   "inputs": [rec["input"]], "outputs": [rec["output"]], "params": {"weight": rec["weight"]}}
             for name, rec in sorted(self.stats.items())
         }
         return {"GlobalRank": None, "LocalRank": None, "Mode": "DynamicRange", "Observer": "maxabs", "Nodes": nodes,
@@ -282,7 +285,9 @@ class EmulatedFp8Engine(Fp8Engine):
     def finish_measurement(self, model: Any, config: Mapping[str, Any], path: Path) -> Path:
         recorder = self._recorders.get(model)
         if recorder is None:
-            raise Fp8EngineError("This model is not being measured (convert_modules(..., inference=True, quant=False)).")
+            raise Fp8EngineError(
+                "This model is not being measured (convert_modules(..., inference=True, quant=False))."
+            )
         if not recorder.stats:
             raise Fp8EngineError(
                 "No fp8 measurements were recorded: run trainer.predict(model, ...) (or the model's forward) after "
@@ -327,7 +332,9 @@ def _check_against_measurements(model: torch.nn.Module, config: Mapping[str, Any
             continue
         measured, now = float(node["params"]["weight"]), float(amax(module.weight))
         if abs(now - measured) > WEIGHT_TOLERANCE * max(measured, 1e-12):
-            problems.append(f"{name!r} weights changed since measuring (max |w| {now:.4g} now, {measured:.4g} measured)")
+            problems.append(
+                f"{name!r} weights changed since measuring (max |w| {now:.4g} now, {measured:.4g} measured)"
+            )
     if problems:
         raise Fp8EngineError("The model does not match the fp8 measurements:\n  " + "\n  ".join(problems))
     return {name: modules[name] for name in nodes if name in modules}

@@ -3,8 +3,8 @@
 As in activity_profiler.py (1.19): torch.profiler.ProfilerActivity becomes an Enum with CPU, CUDA and HPU,
 torch.profiler.profile a subclass that maps the activities back to torch's and records whether HPU profiling was asked
 for (HPU has no stock-torch counterpart: Habana's 1.19 code maps it to None, which torch 2.13 refuses, so the fake
-leaves it out; Habana's HPU trace comes from its own profiler library, not from torch's activities), and torch.autograd.profiler.profile a subclass. Uninstalling
-the fake puts torch's classes back.
+leaves it out; Habana's HPU trace comes from its own profiler library, not from torch's activities), and
+torch.autograd.profiler.profile a subclass. Uninstalling the fake puts torch's classes back.
 """
 
 from enum import Enum

@@ -1,4 +1,5 @@
-"""Fake habana_frameworks.torch.hpu (and so torch.hpu): device queries, card acquisition and memory, every call recorded.
+"""Fake habana_frameworks.torch.hpu (and so torch.hpu): device queries, card acquisition and memory, every call
+recorded.
 
 Built on hpu_nb's emulated `hpu` device, so tests on the fake train real models on `hpu` tensors: the card this
 process drives counts real allocations, with the fake machine's Limit and device name. As in Habana's module:
@@ -112,7 +113,8 @@ class device:  # noqa: N801 (Habana's name)
     """Context manager selecting a device (torch.load uses it for hpu tensors); one card per process, hpu:0."""
 
     def __init__(self, device):
-        self.idx = -1 if device is None else (_device_index(device) if not isinstance(device, int) or device >= 0 else -1)
+        negative = isinstance(device, int) and device < 0
+        self.idx = -1 if device is None or negative else _device_index(device)
 
     def __enter__(self):
         if self.idx >= 0:
