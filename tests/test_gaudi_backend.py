@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 
 import pytest
 import torch
@@ -201,9 +200,7 @@ def test_versions_from_hl_smi_are_read_once(fake_gaudi: FakeHabana, fake_hlsmi: 
 def test_versions_degrade_without_a_working_hl_smi(fake_gaudi, fake_hlsmi, mode) -> None:  # noqa: F811
     fake_hlsmi.mode = mode
     runtime.set_backend(GaudiBackend(facts_timeout=0.5))
-    start = time.monotonic()
-    versions = get_backend().versions()
-    assert time.monotonic() - start < 0.5 + 1.0
+    versions = get_backend().versions()  # a hanging hl-smi never answers: only its timeout lets this return
     assert versions.habana_frameworks == "1.22.0" and versions.synapseai == "1.22.0"  # from the plugin version
     assert versions.firmware is None and versions.driver is None
     assert versions.extra["hl-smi"] and "habana_frameworks" in versions.extra["synapseai from"]
@@ -236,9 +233,7 @@ def test_device_facts_fall_back_to_the_runtime(make_fake_gaudi, fake_hlsmi, mode
     fake = make_fake_gaudi(device_count=3)
     fake_hlsmi.mode = mode
     backend = get_backend()
-    start = time.monotonic()
-    facts = backend.device_facts(timeout=0.5)
-    assert time.monotonic() - start < 0.5 + 1.0
+    facts = backend.device_facts(timeout=0.5)  # a hanging hl-smi never answers: only its timeout lets this return
     assert [(f.index, f.name, f.source) for f in facts] == [(i, "GAUDI2", "runtime") for i in range(3)]
     assert facts[0].memory_total is None and fake.acquisitions() == []  # reading memory would acquire a card
     backend._facts = None
@@ -251,17 +246,14 @@ def test_device_facts_fall_back_to_the_runtime(make_fake_gaudi, fake_hlsmi, mode
     assert backend.facts_reasons["hl-smi"]
     runs = len(fake_hlsmi.invocations())
     monkeypatch.setattr(gaudi, "FACTS_TTL_S", 0.0)  # no cached facts: a failed source is still not asked again
-    start = time.monotonic()
     assert backend.device_facts(timeout=0.5)[0].source == "runtime"
-    assert time.monotonic() - start < 0.3 and len(fake_hlsmi.invocations()) == runs
+    assert len(fake_hlsmi.invocations()) == runs
 
 
 def test_hanging_pyhlml_is_abandoned_at_the_timeout(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: F811
     fake = make_fake_gaudi(pyhlml=True)
-    fake.pyhlml.DELAY_S = 3.0
-    start = time.monotonic()
+    fake.pyhlml.DELAY_S = 3600.0  # it would outlive the test's own timeout if it were waited for
     facts = get_backend().device_facts(timeout=0.3)
-    assert time.monotonic() - start < 0.3 + 1.0
     assert facts[0].source == "hl-smi"
     assert "did not answer within 0.3 s" in get_backend().facts_reasons["pyhlml"]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -178,11 +177,8 @@ def test_failing_tool_reports_its_exit_status_and_message(fake_hlsmi: FakeHlSmi)
 def test_hanging_tool_is_stopped_at_the_timeout(fake_hlsmi: FakeHlSmi) -> None:  # noqa: F811
     fake_hlsmi.mode = "hanging"
     timeout = 0.5
-    start = time.monotonic()
-    outcome = hlsmi.read_version(timeout=timeout)
-    elapsed = time.monotonic() - start
+    outcome = hlsmi.read_version(timeout=timeout)  # the fake never answers: only the timeout lets this return
     assert outcome.value is None and "did not answer within 0.5 s" in outcome.reason
-    assert elapsed < timeout + 1.0
     (pid,) = fake_hlsmi.pids()
     with pytest.raises(ProcessLookupError):  # killed and reaped, not left sleeping
         os.kill(pid, 0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from hpu_nb.runtime import get_backend
 
@@ -118,7 +119,12 @@ def deepspeed_environment() -> dict[str, str]:
 
 
 def prepare_deepspeed_environment() -> dict[str, str]:
-    """Set `deepspeed_environment()` where the user has not set it already; returns what is in effect."""
+    """Set `deepspeed_environment()` where the user has not set it already; returns what is in effect.
+
+    DeepSpeed's compiled ops go where `make setup` built them (the environment's own folder), not into the per-user
+    default that every checkout and venv would share and rebuild for each other, whoever started this process.
+    """
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
     wanted = deepspeed_environment()
     for key, value in wanted.items():
         os.environ.setdefault(key, value)
