@@ -1,30 +1,48 @@
-"""Run hpu_nb's Lightning registration once `lightning.pytorch` is imported, without importing it ourselves.
+"""Run hpu_nb's Lightning registration once Lightning is imported, without importing it ourselves.
 
-`import hpu_nb` must stay cheap, yet `Trainer(accelerator="hpu")` must work whichever package the user imported
-first. If Lightning is already loaded we register now; otherwise a one-shot import hook registers right after
-`lightning.pytorch` finishes loading.
+`import hpu_nb` must stay cheap, yet `Trainer(accelerator="hpu")` and `Fabric(accelerator="hpu")` must work whichever
+package the user imported first, and for both Lightning distributions: `lightning` (`lightning.pytorch` and
+`lightning.fabric`) and the standalone `pytorch_lightning` / `lightning_fabric`, which have registries of their own.
+If a target is already loaded we register now; otherwise a one-shot import hook registers right after it loads.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
 import sys
-from typing import Any
+from typing import Any, Callable
 
-TARGET = "lightning.pytorch"
+# module -> flavour of hpu_nb.core to register with it ("lightning": hpu_nb.core; "standalone": its translation)
+TARGETS = {
+    "lightning.pytorch": "lightning",
+    "pytorch_lightning": "standalone",
+    "lightning_fabric": "standalone",
+}
 
 
-def _register() -> None:
-    from hpu_nb.core.registration import register_all
+def _register(trigger: str) -> None:
+    if trigger == "lightning_fabric" and _is_initializing("pytorch_lightning"):
+        return  # pytorch_lightning is importing lightning_fabric: registration follows once pytorch_lightning is loaded
+    from hpu_nb import _flavours
 
-    register_all()
+    _flavours.core_module(TARGETS[trigger], "registration").register_all()
 
 
-class _AfterLightningImport:
-    """A meta path finder (duck-typed, to keep importlib.abc out of the import time)."""
+def _is_initializing(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+class _AfterImport:
+    """A meta path finder (duck-typed, to keep importlib.abc out of the import time) that runs a callback after a
+    target module has executed."""
+
+    def __init__(self, targets: dict[str, Callable[[], None]]) -> None:
+        self.pending = dict(targets)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != TARGET:
+        callback = self.pending.get(fullname)
+        if callback is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -33,14 +51,16 @@ class _AfterLightningImport:
 
         def exec_module(module: Any) -> None:
             original_exec(module)
-            remove()
-            _register()
+            self.pending.pop(fullname, None)
+            if not self.pending:
+                remove()
+            callback()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-_finder = _AfterLightningImport()
+_finder = _AfterImport({})
 
 
 def remove() -> None:
@@ -49,10 +69,13 @@ def remove() -> None:
 
 
 def install() -> None:
-    """Register now if Lightning is loaded, else when it is."""
-    module = sys.modules.get(TARGET)
-    if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False) is False:
-        _register()
-        return
-    if _finder not in sys.meta_path:
+    """Register with each Lightning package that is loaded, and hook the ones that are not (yet)."""
+    for name in TARGETS:
+        callback = (lambda name=name: _register(name))
+        module = sys.modules.get(name)
+        if module is not None and not _is_initializing(name):
+            callback()
+        elif module is None:
+            _finder.pending[name] = callback
+    if _finder.pending and _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)

@@ -9,19 +9,27 @@ precision autocasts on the backend's device type instead of "cuda".
 from __future__ import annotations
 
 from collections.abc import Generator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar
 
 import torch
 from lightning.pytorch.plugins.precision.fsdp import FSDPPrecision
 from lightning.pytorch.strategies.fsdp import FSDPStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
 from hpu_nb.runtime import get_backend
 
-__all__ = ["HPUFSDPPrecision", "HPUFSDPStrategy", "check_eager_mode"]
+__all__ = [
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
+    "check_eager_mode",
+    "fsdp_forward_context",
+    "fsdp_mixed_precision_config",
+    "validate_fsdp_precision",
+]
 
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 _ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
@@ -39,26 +47,52 @@ def check_eager_mode() -> None:
         )
 
 
+def validate_fsdp_precision(precision: str | int) -> str:
+    """Lightning's unified name of an FSDP precision on HPU; fp16 needs Gaudi2 or newer (Trainer and Fabric)."""
+    unified = _ALIASES.get(str(precision), str(precision))
+    if unified not in FSDP_PRECISIONS:
+        raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
+    if unified.startswith("16-"):
+        from hpu_nb.core.accelerator import is_fp16_available
+
+        ok, reason = is_fp16_available()
+        if not ok:
+            raise ValueError(f"precision={precision!r} cannot run here: {reason} Use 'bf16-mixed' instead.")
+    return unified
+
+
+def fsdp_mixed_precision_config(precision: str) -> Any:
+    """FSDP's MixedPrecision for a unified precision, as lightning-habana had it: "-mixed" keeps the parameters in
+    float32 (autocast computes in the lower dtype) and reduces / keeps buffers in the lower dtype; "-true" casts all."""
+    from torch.distributed.fsdp import MixedPrecision
+
+    lower = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32}[precision.split("-")[0]]
+    param_dtype = torch.float32 if precision.endswith("-mixed") else lower
+    return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
+
+
+def fsdp_forward_context(precision: str) -> AbstractContextManager:
+    """Autocast on "hpu" for the "-mixed" precisions; nothing to do for the others (the parameters carry the dtype)."""
+    if precision.endswith("-mixed"):
+        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+        return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
+    return nullcontext()
+
+
 class HPUFSDPPrecision(FSDPPrecision):
-    """FSDP precision for HPU: autocast on "hpu"; fp16 needs Gaudi2 or newer."""
+    """FSDP precision for HPU (Trainer): autocast on "hpu"; fp16 needs Gaudi2 or newer."""
 
     def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
-        unified = _ALIASES.get(str(precision), str(precision))
-        if unified not in FSDP_PRECISIONS:
-            raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
-        if unified.startswith("16-"):
-            from hpu_nb.core.accelerator import is_fp16_available
+        super().__init__(validate_fsdp_precision(precision), scaler=scaler)  # type: ignore[arg-type]
 
-            ok, reason = is_fp16_available()
-            if not ok:
-                raise ValueError(f"precision={precision!r} cannot run here: {reason} Use 'bf16-mixed' instead.")
-        super().__init__(unified, scaler=scaler)  # type: ignore[arg-type]
+    @property
+    @override
+    def mixed_precision_config(self) -> Any:
+        return fsdp_mixed_precision_config(self.precision)
 
+    @override
     def forward_context(self) -> AbstractContextManager:
-        if "mixed" in self.precision:
-            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
-            return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
-        return super().forward_context()
+        return fsdp_forward_context(self.precision)
 
 
 class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):

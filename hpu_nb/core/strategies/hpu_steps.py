@@ -16,11 +16,13 @@ from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.runtime import get_backend
 
 
-class HPUStepsMixin:
-    """Put before a Lightning Strategy class in the bases: `class S(HPUStepsMixin, SingleDeviceStrategy)`."""
+class HPUCheckpointIODefault:
+    """Checkpoint IO defaults to HPUCheckpointIO: for Trainer and Fabric strategies alike (one class serves both)."""
 
-    # -- checkpoint IO defaults to HPUCheckpointIO -----------------------------------------------------------------
+    _checkpoint_io: CheckpointIO | None
+
     @property
+    @override
     def checkpoint_io(self) -> CheckpointIO:
         if self._checkpoint_io is None:
             self._checkpoint_io = HPUCheckpointIO()
@@ -29,8 +31,16 @@ class HPUStepsMixin:
         return self._checkpoint_io
 
     @checkpoint_io.setter
+    @override
     def checkpoint_io(self, io: CheckpointIO | None) -> None:
         self._checkpoint_io = io
+
+
+class HPUStepsMixin(HPUCheckpointIODefault):
+    """Put before a Lightning (Trainer) Strategy class in the bases: `class S(HPUStepsMixin, SingleDeviceStrategy)`.
+
+    Fabric's strategies have their own hooks for the same placement (hpu_nb.core.fabric.strategies).
+    """
 
     # -- lazy mode cuts the graph where Gaudi needs it (a no-op in eager mode) --------------------------------------
     @override

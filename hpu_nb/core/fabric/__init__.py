@@ -1,0 +1,21 @@
+"""Lightning Fabric on Gaudi: `Fabric(accelerator="hpu", devices=N, strategy=..., precision=...)`.
+
+The names lightning-habana's Fabric users know. `HPUAccelerator` and `HPUCheckpointIO` are the very classes the
+Trainer uses; the strategies and precision plugins are Fabric-shaped adapters of the Trainer's pieces.
+"""
+
+from hpu_nb.core.accelerator import HPUAccelerator
+from hpu_nb.core.checkpoint_io import HPUCheckpointIO
+from hpu_nb.core.fabric.precision import HPUFSDPPrecision, HPUPrecision
+from hpu_nb.core.fabric.strategies import HPUDDPStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
+
+__all__ = [
+    "HPUAccelerator",
+    "HPUCheckpointIO",
+    "HPUDDPStrategy",
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
+    "HPUParallelStrategy",
+    "HPUPrecision",
+    "SingleHPUStrategy",
+]

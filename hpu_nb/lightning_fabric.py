@@ -1,0 +1,29 @@
+"""hpu_nb's Fabric pieces for the standalone `lightning_fabric` package: `from hpu_nb.lightning_fabric import ...`.
+
+The same code as `hpu_nb.fabric` (hpu_nb.core.fabric), translated onto lightning_fabric's classes (hpu_nb/_flavours.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "HPUAccelerator",
+    "HPUCheckpointIO",
+    "HPUDDPStrategy",
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
+    "HPUParallelStrategy",
+    "HPUPrecision",
+    "SingleHPUStrategy",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from hpu_nb import _flavours
+
+    value = getattr(_flavours.core_module("standalone", "fabric"), name)
+    globals()[name] = value
+    return value
