@@ -51,6 +51,9 @@ class _FabricHPUSteps(HPUCheckpointIODefault):
 
 
 class _FabricLaunchers:
+    """Fabric's launcher classes for HPUParallelMixin._configure_launcher (put before the mixin in the bases)."""
+
+    @override
     def _launcher_classes(self) -> tuple[type, type]:
         return _SubprocessScriptLauncher, _FabricMultiProcessingLauncher
 
@@ -77,7 +80,7 @@ class SingleHPUStrategy(_FabricHPUSteps, SingleDeviceStrategy):
         _register(cls, strategy_registry, cls.strategy_name, "hpu_single")  # the plugin's Fabric name, the Trainer's
 
 
-class HPUParallelStrategy(HPUParallelMixin, _FabricLaunchers, _FabricHPUSteps, DDPStrategy):
+class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, DDPStrategy):
     """Fabric DDP across Gaudi cards over HCCL: `Fabric(accelerator="hpu", devices=N)`, or `strategy="hpu_parallel"`.
 
     start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
@@ -117,7 +120,7 @@ class HPUDDPStrategy(HPUParallelStrategy):
     strategy_name = "hpu_ddp"
 
 
-class HPUFSDPStrategy(HPUParallelMixin, _FabricLaunchers, FSDPStrategy):
+class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, FSDPStrategy):
     """Fabric FSDP on HPU (eager mode): Lightning's FSDPStrategy arguments, `precision=HPUFSDPPrecision(...)`."""
 
     strategy_name = "hpu_fsdp"

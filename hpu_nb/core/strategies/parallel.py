@@ -137,6 +137,12 @@ class HPUParallelMixin:
         return None
 
     # -- process group --------------------------------------------------------------------------------------------
+    @property
+    @override
+    def process_group_backend(self) -> str:
+        """"hccl" unless one was given (on the emulated Gaudi, HCCL's semantics over gloo)."""
+        return self._process_group_backend or hpu_dist.process_group_backend()  # type: ignore[attr-defined]
+
     @override
     def _get_process_group_backend(self) -> str:
         """Called by Lightning (Trainer and Fabric, DDP and FSDP) right before `init_process_group`: prepare HCCL."""
