@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 import pytest
 
