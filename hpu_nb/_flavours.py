@@ -10,7 +10,7 @@ tracebacks, point at the real file).
 
 from __future__ import annotations
 
-import importlib.abc
+import importlib
 import importlib.util
 import re
 import sys
@@ -21,18 +21,18 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 STANDALONE = "hpu_nb._standalone"
 TRANSLATED = "hpu_nb.core"  # the tree that imports Lightning; everything else (runtime, traces) is shared
 
-_RULES = (
-    (re.compile(r"\blightning\.pytorch\b"), "pytorch_lightning"),
-    (re.compile(r"\blightning\.fabric\b"), "lightning_fabric"),
-    (re.compile(r"\bhpu_nb\.core\b"), f"{STANDALONE}.core"),
-    (re.compile(r"^(\s*)import lightning$", re.MULTILINE), r"\1import pytorch_lightning as lightning"),
+_RULES = (  # (pattern, replacement, flags); compiled on first translation, not on `import torch`
+    (r"\blightning\.pytorch\b", "pytorch_lightning", 0),
+    (r"\blightning\.fabric\b", "lightning_fabric", 0),
+    (r"\bhpu_nb\.core\b", f"{STANDALONE}.core", 0),
+    (r"^(\s*)import lightning$", r"\1import pytorch_lightning as lightning", re.MULTILINE),
 )
 
 
 def translate(source: str) -> str:
     """The standalone-package reading of a module written against `lightning` (same lines, other names)."""
-    for pattern, replacement in _RULES:
-        source = pattern.sub(replacement, source)
+    for pattern, replacement, flags in _RULES:
+        source = re.sub(pattern, replacement, source, flags=flags)
     return source
 
 
@@ -46,7 +46,7 @@ def _source_path(relative: str) -> tuple[Path, bool] | None:
     return None
 
 
-class _TranslatingLoader(importlib.abc.Loader):
+class _TranslatingLoader:  # a Loader, duck-typed: importlib.abc costs ms on the autoload path
     def __init__(self, path: Path) -> None:
         self.path = path
 
@@ -61,7 +61,7 @@ class _TranslatingLoader(importlib.abc.Loader):
         return translate(self.path.read_text(encoding="utf-8"))
 
 
-class _StandaloneFinder(importlib.abc.MetaPathFinder):
+class _StandaloneFinder:  # a MetaPathFinder, duck-typed
     """Finds `hpu_nb._standalone` and `hpu_nb._standalone.core.*` (the translated modules)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
@@ -81,7 +81,7 @@ class _StandaloneFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _NamespaceLoader(importlib.abc.Loader):
+class _NamespaceLoader:  # a Loader, duck-typed
     def create_module(self, spec: Any) -> None:
         return None
 
