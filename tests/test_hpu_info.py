@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-
 import pytest
 
 from hpu_nb.notebook.info import HPUInfoReport, parse_args, render_html, render_text
