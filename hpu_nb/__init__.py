@@ -84,8 +84,10 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 from hpu_nb import _flavours, _lightning_hook  # noqa: E402
+from hpu_nb.runtime import compile_backend as _compile_backend  # noqa: E402
 from hpu_nb.runtime import emulated_habana as _emulated_habana  # noqa: E402
 
 _flavours.install()  # hpu_nb._standalone: hpu_nb.core for the standalone pytorch_lightning / lightning_fabric
 _lightning_hook.install()
 _emulated_habana.install()  # `habana_frameworks` / `torch.hpu` resolve to the emulated Gaudi where Habana's is absent
+_compile_backend.install()  # torch.compile(backend="hpu_backend") on the emulated Gaudi, once dynamo is imported

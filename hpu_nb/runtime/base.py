@@ -22,6 +22,10 @@ MEMORY_STAT_KEYS = (
 )
 
 
+# Habana's global metrics (habana_frameworks.torch.hpu.metrics); "recipe_cache" exists with PT_HPU_ENABLE_CACHE_METRICS=1.
+METRIC_NAMES = ("graph_compilation", "recipe_cache", "cpu_fallback", "memory_defragmentation")
+
+
 class HPUNotAvailableError(RuntimeError):
     """A Gaudi was asked for (HPU_NB_BACKEND=gaudi) but none can be used."""
 
@@ -124,6 +128,28 @@ class DeviceBackend(ABC):
 
     def synchronize(self) -> None:
         self._hthpu.synchronize()
+
+    def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
+        """Habana's global metrics as {name: {tag: value}}: graph compilations (on the emulated Gaudi, those of
+        torch.compile's hpu_backend, recompilations included), the recipe cache, CPU fallbacks, defragmentation.
+        A metric this release does not report is left out."""
+        result: dict[str, dict[str, Any]] = {}
+        for name in names:
+            try:
+                metric = self._hthpu.metrics.metric_global(name)
+                if metric is not None:
+                    result[name] = dict(metric.stats())
+            except Exception:  # noqa: BLE001 - a metric unknown to this Habana release (older ones raise)
+                continue
+        return result
+
+    def dynamic_shapes(self) -> bool | None:
+        """Habana's dynamic-shape switch (enable_dynamic_shape / PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES); None if absent."""
+        status = getattr(self._hthpu, "get_dynamic_shape_status", None)
+        try:
+            return bool(status()) if callable(status) else None
+        except Exception:  # noqa: BLE001
+            return None
 
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""

@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 CORE_MODULE = "habana_frameworks.torch.core"  # imported first: it registers the hpu device with torch
 HPU_MODULE = "habana_frameworks.torch.hpu"
 TE_MODULE = "habana_frameworks.torch.hpex.experimental.transformer_engine"
-METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
 FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
 
 
@@ -103,17 +102,7 @@ class GaudiBackend(DeviceBackend):
             self._generation = generation_from_name(self.device_name())
         return self._generation
 
-    # -- Gaudi-only extras -----------------------------------------------------------------------------------
-    def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
-        """Habana's global metrics (graph compilations, CPU fallbacks, ...) as {name: {tag: value}}."""
-        result: dict[str, dict[str, Any]] = {}
-        for metric in names:
-            try:
-                result[metric] = dict(self._hthpu.metrics.metric_global(metric).stats())
-            except Exception as err:  # a metric unknown to this SynapseAI release
-                log.debug("metric %s unavailable: %s", metric, err)
-        return result
-
+    # -- Gaudi-only extras (metrics are DeviceBackend.metrics, the same on both backends) ------------------------
     def transformer_engine(self) -> Any:
         """Habana's transformer engine module (fp8 training: Linear, fp8_autocast, recipe)."""
         return importlib.import_module(TE_MODULE)

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Optional, Union
 
 import torch
 
-from hpu_nb.runtime import hpu_device
+from hpu_nb.runtime import compile_backend, hpu_device
 
 __emulated__ = True
 _device_t = Union[torch.device, str, int, None]
@@ -323,6 +323,40 @@ def initial_seed() -> int:
     return torch.initial_seed()
 
 
+# -- dynamic shapes: Habana's switch; on the emulated Gaudi it governs the emulated hpu_backend's recompilations -------
+def enable_dynamic_shape() -> None:
+    compile_backend.set_dynamic_shapes(True)
+
+
+def disable_dynamic_shape() -> None:
+    compile_backend.set_dynamic_shapes(False)
+
+
+def get_dynamic_shape_status() -> bool:
+    return compile_backend.dynamic_shapes_enabled()
+
+
+# -- HPU graphs: in lazy mode only, as in Habana's software (its hpu module imports them only when is_lazy()) ------------
+_GRAPH_NAMES = ("HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "wrap_in_hpu_graph",
+                "wrap_in_hpu_graph_func")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _GRAPH_NAMES:
+        from habana_frameworks.torch.utils.internal import is_lazy
+
+        if not is_lazy():
+            raise AttributeError(
+                f"habana_frameworks.torch.hpu.{name}: HPU graphs run in lazy mode only (as on a Gaudi). Set"
+                " PT_HPU_LAZY_MODE=1 before the first use, or in eager mode compile the model instead:"
+                " torch.compile(model, backend='hpu_backend')."
+            )
+        from habana_frameworks.torch.hpu import graphs
+
+        return getattr(graphs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _register_as_torch_hpu(module: Any) -> None:
     """`torch.hpu` is this module, as on a Gaudi where it is Habana's (replacing an earlier import of it)."""
     current = getattr(torch, "hpu", None)
@@ -332,6 +366,8 @@ def _register_as_torch_hpu(module: Any) -> None:
         delattr(torch, "hpu")
     torch._register_device_module("hpu", module)
 
+
+from habana_frameworks.torch.hpu import metrics  # noqa: E402, F401  (hthpu.metrics.metric_global)
 
 hpu = sys.modules[__name__]  # habana_frameworks.torch.hpu.hpu, as in Habana's package
 sys.modules[__name__].__class__ = _EmulatedModule

@@ -1,0 +1,95 @@
+"""habana_frameworks.torch.hpu.metrics, emulated: Habana's global metrics, from what the emulated Gaudi does.
+
+`metric_global(name)` returns None for a name this release does not know, as Habana's does; "recipe_cache" exists only
+with PT_HPU_ENABLE_CACHE_METRICS=1. graph_compilation / recipe_cache count the emulated `hpu_backend`'s work
+(hpu_nb.runtime.compile_backend: torch.compile compilations, recompilations and compiled-graph reuse): the emulated
+card runs everything else eagerly, so it compiles nothing else, falls back to the CPU for nothing and never
+defragments its memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any, Iterator, Optional
+
+from hpu_nb.runtime import compile_backend
+
+__all__ = ["metric_global", "metric_localcontext", "metrics_dump"]
+CACHE_METRICS_ENV = "PT_HPU_ENABLE_CACHE_METRICS"
+_TRUE = ("1", "y", "yes", "t", "true", "on")
+
+
+class Metric:
+    """One of Habana's metrics: `name()`, `stats()` -> [(tag, value), ...], `reset()`."""
+
+    def __init__(self, name: str, baseline: Optional[dict[str, Any]] = None) -> None:
+        self._name = name
+        self._baseline = baseline or {}
+
+    def name(self) -> str:
+        return self._name
+
+    def _current(self) -> dict[str, Any]:
+        values = compile_backend.stats().get(self._name)
+        if values is None:  # cpu_fallback, memory_defragmentation: nothing of the kind happens here
+            return {"TotalNumber": 0, "FallbackOps": {}} if self._name == "cpu_fallback" else {
+                "TotalNumber": 0, "TotalSuccessful": 0, "AvgTime": 0, "MaxTime": 0}
+        return values
+
+    def stats(self) -> list[tuple[str, Any]]:
+        current = self._current()
+        out = {}
+        for tag, value in current.items():
+            base = self._baseline.get(tag, 0)
+            out[tag] = value - base if isinstance(value, (int, float)) and tag != "AvgTime" else value
+        if "AvgTime" in out and "TotalNumber" in out and "TotalTime" in out:
+            out["AvgTime"] = out["TotalTime"] / out["TotalNumber"] if out["TotalNumber"] else 0
+        return list(out.items())
+
+    def reset(self) -> None:
+        self._baseline = dict(self._current())
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<Metric {self._name} (emulated Gaudi) {dict(self.stats())}>"
+
+
+def _known() -> tuple[str, ...]:
+    names = ("graph_compilation", "cpu_fallback", "memory_defragmentation")
+    if os.environ.get(CACHE_METRICS_ENV, "").strip().lower() in _TRUE:
+        names += ("recipe_cache",)
+    return names
+
+
+_globals: dict[str, Metric] = {}
+
+
+def metric_global(name: str) -> Optional[Metric]:
+    """The process-wide metric `name`, or None when this release has no such metric."""
+    if name not in _known():
+        return None
+    return _globals.setdefault(name, Metric(name))
+
+
+@contextlib.contextmanager
+def metric_localcontext(name: str) -> Iterator[Metric]:
+    """A metric that counts only what happens inside the block."""
+    if name not in _known():
+        raise KeyError(f"Metric with given name ({name}) doesn't exist.")
+    metric = Metric(name)
+    metric.reset()
+    yield metric
+
+
+def metrics_dump(file_name: str, format: str = "json") -> None:
+    """Write every global metric to `file_name` (JSON)."""
+    data = [{"metric_name": name, "statistics": dict(metric_global(name).stats())} for name in _known()]
+    with open(file_name, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
