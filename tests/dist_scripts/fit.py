@@ -52,6 +52,20 @@ class Model(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
+class WorkerReport(L.Callback):
+    """Each worker process writes worker<rank>.json at the end of training (with spawn, the code after fit() runs only
+    in the launching process)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_end(self, trainer, pl_module):
+        report = {"rank": trainer.global_rank, "pid": os.getpid(), "module_id": os.environ.get("HLS_MODULE_ID"),
+                  "master_port": os.environ.get("MASTER_PORT"), "samples_seen": pl_module.samples_seen,
+                  "device": str(pl_module.device), "global_step": trainer.global_step}
+        (self.out / f"worker{trainer.global_rank}.json").write_text(json.dumps(report))
+
+
 def data(n: int = 64, batch_size: int = 8) -> DataLoader:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, FEATURES, generator=gen)
@@ -60,7 +74,12 @@ def data(n: int = 64, batch_size: int = 8) -> DataLoader:
 
 
 def make_strategy(spec: str):
-    """A registered name, or 'ds:<stage>[:offload]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>'."""
+    """A registered name, or 'ds:<stage>[:offload]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>' /
+    'spawn' (HPUDDPStrategy(start_method="spawn"), as multi-tenant jobs start their workers)."""
+    if spec == "spawn":
+        from hpu_nb import HPUDDPStrategy
+
+        return HPUDDPStrategy(start_method="spawn")
     if spec.startswith("ds:"):
         from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy
 
@@ -115,6 +134,7 @@ def main() -> int:
         enable_model_summary=False,
         logger=False,
         enable_checkpointing=False,
+        callbacks=[WorkerReport(out)],
     )
     start = time.perf_counter()
     trainer.fit(model, data(), ckpt_path=args.resume)
@@ -137,10 +157,14 @@ def main() -> int:
         "pid": os.getpid(),
         "fit_seconds": time.perf_counter() - start,
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None) or trainer.optimizers[0]).__name__,
+        "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None)
+                          or (trainer.optimizers or [None])[0]).__name__,  # none in a spawn launcher's parent
         "backend": get_backend().name,
         "step_devices": sorted(model.step_devices),
         "habana_calls": _habana_calls(),
+        "module_id": os.environ.get("HLS_MODULE_ID"),
+        "visible_modules": os.environ.get("HABANA_VISIBLE_MODULES"),
+        "master_port": os.environ.get("MASTER_PORT"),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     if rank == 0:

@@ -8,6 +8,7 @@ hpu_nb shows says that the card is emulated, and so does this module's repr.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -59,9 +60,32 @@ def is_available() -> bool:
     return True
 
 
+VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"
+
+
+def visible_modules() -> list[int]:
+    """The machine's cards this process may use: all of them, or those HABANA_VISIBLE_MODULES lists (multi-tenancy:
+    each job on a shared machine gets its own cards). A card the machine does not have is a clear error."""
+    machine = hpu_device.card_config().device_count
+    text = os.environ.get(VISIBLE_MODULES_ENV, "").strip()
+    if not text:
+        return list(range(machine))
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{VISIBLE_MODULES_ENV}={text!r} must list card numbers, e.g. '0,1'.") from None
+    bad = [i for i in ids if not 0 <= i < machine]
+    if bad or len(set(ids)) != len(ids):
+        raise ValueError(
+            f"{VISIBLE_MODULES_ENV}={text!r} names {'cards ' + str(bad) if bad else 'a card twice'}, but this emulated"
+            f" machine has cards 0-{machine - 1} (HPU_NB_DEVICE_COUNT sets how many)."
+        )
+    return ids
+
+
 def device_count() -> int:
-    """Cards on this (emulated) machine; reading it acquires no card."""
-    return hpu_device.card_config().device_count
+    """Cards this process may use (see visible_modules); reading it acquires no card."""
+    return len(visible_modules())
 
 
 def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
