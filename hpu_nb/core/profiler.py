@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.profilers import PyTorchProfiler
+from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
 
@@ -49,6 +50,7 @@ class HPUProfiler(PyTorchProfiler):
         super().__init__(dirpath=dirpath, filename=filename, **kwargs)
 
     # -- what we ask of torch.profiler ---------------------------------------------------------
+    @override
     def _default_activities(self) -> list[Any]:
         """CPU, plus HPU on a Gaudi (the Enum habana_frameworks installs); CPU only on the emulated Gaudi."""
         activity = torch.profiler.ProfilerActivity  # looked up now: habana_frameworks may have replaced it
@@ -69,10 +71,12 @@ class HPUProfiler(PyTorchProfiler):
         return list(self._profiler_kwargs.get("activities") or [])
 
     # -- recording -----------------------------------------------------------------------------
+    @override
     def start(self, action_name: str) -> None:
         super().start(action_name)
         self._add_trace_metadata()
 
+    @override
     def stop(self, action_name: str) -> None:
         super().stop(action_name)
         self._add_trace_metadata()
@@ -123,6 +127,7 @@ class HPUProfiler(PyTorchProfiler):
 
         return load(path or self.last_trace_path())
 
+    @override
     def summary(self) -> str:
         """A summary of the last trace written: top ops by self / total time, steps, tracks, gaps, memory.
 

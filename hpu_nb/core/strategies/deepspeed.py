@@ -22,6 +22,7 @@ from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
@@ -156,6 +157,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return HPUDeepSpeedPrecisionPlugin(precision)
 
     # -- a config that enables bf16 / fp16 sets the precision, as in the seed's BF16-optimizer example -------------
+    @override
     def setup(self, trainer: Any) -> None:
         self._adopt_config_precision()
         super().setup(trainer)
@@ -171,6 +173,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             self.precision_plugin = HPUDeepSpeedPrecisionPlugin(wanted)
 
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
+    @override
     def setup_environment(self) -> None:
         from hpu_nb.core.accelerator import HPUAccelerator
 
@@ -181,11 +184,13 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             )
         DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
 
+    @override
     def setup_distributed(self) -> None:
         reset_seed()
         self.set_world_ranks()
         self._init_deepspeed_distributed()
 
+    @override
     def _init_deepspeed_distributed(self) -> None:
         import deepspeed
 
@@ -195,6 +200,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         deepspeed.init_distributed(backend, distributed_port=self.cluster_environment.main_port, timeout=self._timeout)
 
     # -- deepspeed.initialize: each process drives its own card, named by its local rank ------------------------
+    @override
     def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> tuple[Any, Any]:
         import deepspeed
 
@@ -209,6 +215,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         )
         return engine, ds_optimizer
 
+    @override
     def _initialize_deepspeed_inference(self, model: Any) -> None:
         import deepspeed
         from lightning.pytorch.strategies.deepspeed import remove_module_hooks
@@ -234,6 +241,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return argparse.Namespace(device_rank=self.local_rank)
 
     # -- optimizers: the LightningModule's win over the config's -------------------------------------------------
+    @override
     def _initialize_deepspeed_train(self, model: Any) -> None:
         assert isinstance(self.config, dict)
         module = self.lightning_module
@@ -255,6 +263,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return bool(schedulers)
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         entries = (
             ("hpu_deepspeed", "DeepSpeed on HPU (ZeRO stage 2)", {}),

@@ -116,25 +116,30 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         return HPUFSDPPrecision(precision)
 
     @property
+    @override
     def precision_plugin(self) -> HPUFSDPPrecision:
         plugin = self._precision_plugin
         return plugin if plugin is not None else HPUFSDPPrecision("32-true")  # type: ignore[return-value]
 
     @precision_plugin.setter
+    @override
     def precision_plugin(self, plugin: Any) -> None:
         if plugin is not None and not isinstance(plugin, FSDPPrecision):
             raise TypeError(f"HPUFSDPStrategy works with HPUFSDPPrecision, got {type(plugin).__name__}.")
         self._precision_plugin = plugin
 
+    @override
     def setup_environment(self) -> None:
         check_eager_mode()
         super().setup_environment()
 
+    @override
     def _get_process_group_backend(self) -> str:
         # FSDPStrategy.setup_environment asks for the backend right before init_process_group: prepare HCCL here.
         return self._prepare_hpu_distributed()
 
     # -- FSDP needs the device named explicitly: torch refuses a CPU module without device_id ------------------------
+    @override
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         from lightning.pytorch.strategies.fsdp import _move_torchmetrics_to_device, _setup_activation_checkpointing
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -155,6 +160,7 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         return model
 
     @contextmanager
+    @override
     def model_sharded_context(self) -> Generator[None, None, None]:
         from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
         from torch.distributed.fsdp.wrap import enable_wrap
@@ -170,19 +176,23 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
             yield
 
     # -- full state dicts: FSDP's "offload to CPU" crashes when the device already is the CPU (emulated Gaudi) --------
+    @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().lightning_module_state_dict()
 
+    @override
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().optimizer_state(optimizer)
 
+    @override
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().load_checkpoint(checkpoint_path, weights_only)
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
         if cls.strategy_name not in cls._registered_strategies:
