@@ -53,17 +53,22 @@ class HPUProfiler(PyTorchProfiler):
     @override
     def _default_activities(self) -> list[Any]:
         """CPU, plus HPU on a Gaudi (the Enum habana_frameworks installs); CPU only on the emulated Gaudi."""
-        activity = torch.profiler.ProfilerActivity  # looked up now: habana_frameworks may have replaced it
+        return self.profile_hpu_activities([torch.profiler.ProfilerActivity.CPU])
+
+    def profile_hpu_activities(self, activities: list[Any] | None) -> list[Any]:
+        """`activities` plus the HPU activity on a Gaudi (lightning-habana's name). The emulated Gaudi has no HPU
+        activity to record: the list comes back unchanged (the trace metadata says CPU activity only)."""
+        activities = list(activities or [])
         if self._backend.is_emulated:
-            return [activity.CPU]
-        hpu = getattr(activity, "HPU", None)
+            return activities
+        hpu = getattr(torch.profiler.ProfilerActivity, "HPU", None)  # looked up now: habana_frameworks replaces it
         if hpu is None:
             raise RuntimeError(
                 "HPUProfiler on a Gaudi needs torch.profiler.ProfilerActivity.HPU, which habana_frameworks.torch "
                 "adds when it is imported; it is missing here. Import habana_frameworks.torch (or hpu_nb) before "
                 "creating the profiler."
             )
-        return [activity.CPU, hpu]
+        return activities if hpu in activities else activities + [hpu]
 
     @property
     def activities(self) -> list[Any]:

@@ -32,8 +32,13 @@ class Model(L.LightningModule):
         self.samples_seen = 0
         self.first_index_sum = 0.0
         self.step_devices: set[str] = set()
+        self.deepspeed_checkpointing = False
 
     def forward(self, x):
+        if self.deepspeed_checkpointing:  # the seed's activation-checkpointing example
+            from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint
+
+            return checkpoint(self.net[2], self.net[1](self.net[0](x)))  # recomputed in backward from a CPU copy
         return self.net(x)
 
     def training_step(self, batch, batch_idx):
@@ -62,7 +67,8 @@ class WorkerReport(L.Callback):
     def on_train_end(self, trainer, pl_module):
         report = {"rank": trainer.global_rank, "pid": os.getpid(), "module_id": os.environ.get("HLS_MODULE_ID"),
                   "master_port": os.environ.get("MASTER_PORT"), "samples_seen": pl_module.samples_seen,
-                  "device": str(pl_module.device), "global_step": trainer.global_step}
+                  "device": str(pl_module.device), "global_step": trainer.global_step,
+                  "param_devices": sorted({str(p.device) for p in trainer.strategy.model.parameters()})}
         (self.out / f"worker{trainer.global_rank}.json").write_text(json.dumps(report))
 
 
@@ -74,7 +80,7 @@ def data(n: int = 64, batch_size: int = 8) -> DataLoader:
 
 
 def make_strategy(spec: str):
-    """A registered name, or 'ds:<stage>[:offload]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>' /
+    """A registered name, or 'ds:<stage>[:offload][:cpu_checkpointing]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>[:offload]' /
     'spawn' (HPUDDPStrategy(start_method="spawn"), as multi-tenant jobs start their workers)."""
     if spec == "spawn":
         from hpu_nb import HPUDDPStrategy
@@ -84,7 +90,8 @@ def make_strategy(spec: str):
         from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy
 
         parts = spec.split(":")
-        strategy = HPUDeepSpeedStrategy(stage=int(parts[1]), offload_optimizer="offload" in parts)
+        strategy = HPUDeepSpeedStrategy(stage=int(parts[1]), offload_optimizer="offload" in parts,
+                                        cpu_checkpointing="cpu_checkpointing" in parts)
         strategy.config["zero_force_ds_cpu_optimizer"] = False  # SGD with offload: fine for a test model
         return strategy
     if spec.startswith("ds-config:"):
@@ -94,7 +101,8 @@ def make_strategy(spec: str):
     if spec.startswith("fsdp:"):
         from hpu_nb.core.strategies.fsdp import HPUFSDPStrategy
 
-        return HPUFSDPStrategy(state_dict_type=spec.split(":")[1])
+        parts = spec.split(":")
+        return HPUFSDPStrategy(state_dict_type=parts[1], cpu_offload="offload" in parts)
     return spec
 
 
@@ -124,6 +132,7 @@ def main() -> int:
 
     L.seed_everything(7, verbose=False)
     model = Model(args.crash_rank, args.crash_step)
+    model.deepspeed_checkpointing = "cpu_checkpointing" in args.strategy
     trainer = L.Trainer(
         accelerator="hpu",
         devices=args.devices,
@@ -163,6 +172,8 @@ def main() -> int:
         "step_devices": sorted(model.step_devices),
         "habana_calls": _habana_calls(),
         "module_id": os.environ.get("HLS_MODULE_ID"),
+        "deepspeed_cpu_checkpoint": getattr(
+            sys.modules.get("deepspeed.runtime.activation_checkpointing.checkpointing"), "CPU_CHECKPOINT", None),
         "visible_modules": os.environ.get("HABANA_VISIBLE_MODULES"),
         "master_port": os.environ.get("MASTER_PORT"),
     }

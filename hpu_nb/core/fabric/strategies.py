@@ -24,7 +24,7 @@ from typing_extensions import override
 
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
-from hpu_nb.core.strategies.hpu_steps import HPUCheckpointIODefault
+from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
 from hpu_nb.core.strategies.parallel import ForkCheckMixin, HPUParallelMixin, resolve_start_method
 from hpu_nb.runtime import get_backend
 
@@ -35,7 +35,7 @@ class _FabricMultiProcessingLauncher(ForkCheckMixin, _MultiProcessingLauncher):
     """Fabric's fork/spawn launcher, with the Gaudi fork check."""
 
 
-class _FabricHPUSteps(HPUCheckpointIODefault):
+class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault):
     """Lazy mode cuts the graph after backward and after the optimizer step (a no-op in eager mode)."""
 
     @override
@@ -120,7 +120,7 @@ class HPUDDPStrategy(HPUParallelStrategy):
     strategy_name = "hpu_ddp"
 
 
-class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, FSDPStrategy):
+class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, HPUAcceleratorOnly, FSDPStrategy):
     """Fabric FSDP on HPU (eager mode): Lightning's FSDPStrategy arguments, `precision=HPUFSDPPrecision(...)`."""
 
     strategy_name = "hpu_fsdp"

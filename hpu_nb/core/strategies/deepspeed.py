@@ -175,13 +175,6 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
     @override
     def setup_environment(self) -> None:
-        from hpu_nb.core.accelerator import HPUAccelerator
-
-        if not isinstance(self.accelerator, HPUAccelerator):
-            raise MisconfigurationException(
-                f"HPUDeepSpeedStrategy runs on HPUAccelerator, not {type(self.accelerator).__name__}:"
-                " use Trainer(accelerator='hpu') or Lightning's DeepSpeedStrategy for CUDA."
-            )
         DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
 
     @override
@@ -274,6 +267,9 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             ("hpu_deepspeed_stage_3", "DeepSpeed ZeRO stage 3 on HPU", {"stage": 3}),
             ("hpu_deepspeed_stage_3_offload", "DeepSpeed ZeRO stage 3 with CPU optimizer and parameter offload on HPU",
              {"stage": 3, "offload_optimizer": True, "offload_parameters": True}),
+            ("hpu_deepspeed_stage_3_offload_nvme", "DeepSpeed ZeRO-Infinity: stage 3 offloading to NVMe on HPU",
+             {"stage": 3, "offload_optimizer": True, "offload_parameters": True, "remote_device": "nvme",
+              "offload_params_device": "nvme", "offload_optimizer_device": "nvme"}),
         )
         for name, description, init_kwargs in entries:
             strategy_registry.register(name, cls, description=description, override=True, **init_kwargs)

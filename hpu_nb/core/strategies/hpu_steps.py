@@ -16,6 +16,29 @@ from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.runtime import get_backend
 
 
+class HPUAcceleratorOnly:
+    """An HPU strategy refuses any other accelerator (Trainer and Fabric alike), when the connector hands it one."""
+
+    _accelerator: Any
+
+    @property
+    @override
+    def accelerator(self) -> Any:
+        return self._accelerator
+
+    @accelerator.setter
+    @override
+    def accelerator(self, accelerator: Any) -> None:
+        from hpu_nb.core.accelerator import HPUAccelerator, NotAnHPUError
+
+        if accelerator is not None and not isinstance(accelerator, HPUAccelerator):
+            raise NotAnHPUError(
+                f"{type(self).__name__} requires HPUAccelerator, got {type(accelerator).__name__}: use"
+                " accelerator='hpu' (or HPUAccelerator()), or a strategy made for that accelerator."
+            )
+        self._accelerator = accelerator
+
+
 class HPUCheckpointIODefault:
     """Checkpoint IO defaults to HPUCheckpointIO: for Trainer and Fabric strategies alike (one class serves both)."""
 
@@ -36,7 +59,7 @@ class HPUCheckpointIODefault:
         self._checkpoint_io = io
 
 
-class HPUStepsMixin(HPUCheckpointIODefault):
+class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault):
     """Put before a Lightning (Trainer) Strategy class in the bases: `class S(HPUStepsMixin, SingleDeviceStrategy)`.
 
     Fabric's strategies have their own hooks for the same placement (hpu_nb.core.fabric.strategies).

@@ -309,42 +309,19 @@ def memory_summary(device: _device_t = None) -> str:
     return "\n".join(lines)
 
 
-# -- random numbers: kernels run on the CPU and draw from its generator ----------------------------------------------
-def get_rng_state(device: _device_t = "hpu") -> torch.Tensor:
-    return torch.get_rng_state()
-
-
-def set_rng_state(new_state: torch.Tensor, device: _device_t = "hpu") -> None:
-    torch.set_rng_state(new_state)
-
-
-def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state()]
-
-
-def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
-    for state in new_states:
-        set_rng_state(state)
-
-
-def manual_seed(seed: int) -> torch.Generator:
-    return torch.manual_seed(seed)
-
-
-def manual_seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
-
-
-def seed() -> int:
-    return torch.seed()
-
-
-def seed_all() -> None:
-    torch.seed()
-
-
-def initial_seed() -> int:
-    return torch.initial_seed()
+# -- random numbers (hpu.random, as in Habana's package) -------------------------------------------------------------
+from habana_frameworks.torch.hpu import random  # noqa: E402
+from habana_frameworks.torch.hpu.random import (  # noqa: E402, F401
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 
 
 # -- dynamic shapes: Habana's switch; on the emulated Gaudi it governs the emulated hpu_backend's recompilations -------
