@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -170,6 +171,7 @@ def test_more_processes_than_visible_modules_is_a_clear_error(monkeypatch):
 
 
 def test_forking_an_initialised_gaudi_runtime_is_refused(monkeypatch):
+    monkeypatch.setattr(hpu_dist, "autograd_survives_fork", lambda: True)  # the other rule: tested below
     with install_fake_habana(device_count=8):
         get_backend()  # the kernel has loaded habana_frameworks
         with pytest.raises(hpu_dist.ForkAfterDeviceInitError, match="Run the training as a script"):
@@ -183,6 +185,7 @@ def test_forking_an_initialised_gaudi_runtime_is_refused(monkeypatch):
 
 
 def test_emulated_gaudi_forks_freely_and_workers_get_fresh_cards(monkeypatch):
+    monkeypatch.setattr(hpu_dist, "autograd_survives_fork", lambda: True)  # earlier tests ran backward passes here
     monkeypatch.setenv("HPU_NB_MEMORY_LIMIT", "64MiB")
     hpu_dist.check_fork_allowed()
     parent = get_backend()
@@ -201,6 +204,26 @@ def test_emulated_gaudi_forks_freely_and_workers_get_fresh_cards(monkeypatch):
     os.waitpid(pid, 0)
     assert json.loads(os.read(read, 1000)) == [0, 64 << 20, 1024.0]  # a fresh card; the parent's tensors still readable
     assert parent.memory_stats()["InUse"] == in_use
+
+
+def test_forking_after_a_backward_pass_is_refused_clearly():
+    """torch's autograd cannot run in a child forked after the engine started its device threads (the first backward
+    once `hpu` is registered): the fork launcher says so up front instead of the workers failing inside torch."""
+    code = textwrap.dedent("""
+        import torch
+        from hpu_nb.runtime import distributed
+        distributed.check_fork_allowed()  # a fresh kernel: fine
+        print("fresh ok")
+        (torch.ones(2, device="hpu", requires_grad=True) * 2).sum().backward()
+        try:
+            distributed.check_fork_allowed()
+        except distributed.ForkAfterDeviceInitError as err:
+            print("refused:", err)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "fresh ok" in result.stdout and "refused: Multi-device training from a notebook" in result.stdout
+    assert "already run a backward pass" in result.stdout
 
 
 def test_deepspeed_environment_follows_the_backend(monkeypatch):

@@ -34,7 +34,6 @@ class CompileCounters:
         self.compile_time_us = 0
         self.cache_hits = 0  # calls of an already compiled graph
         self.cache_misses = 0  # = compilations
-        self.per_frame: dict[str, int] = {}  # dynamo frame id -> compilations
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -78,13 +77,11 @@ def hpu_backend(graph_module: Any, example_inputs: Any, **kwargs: Any) -> Callab
         _applied = True
         _apply_dynamic_shapes()  # the emulated Gaudi is in use: Gaudi's dynamic-shape rule from now on
     compile_id = torch._guards.CompileContext.current_compile_id()
-    frame = str(getattr(compile_id, "frame_id", "?"))
+    recompiled = (getattr(compile_id, "frame_compile_id", 0) or 0) > 0  # dynamo's count of this frame's compilations
     with _lock:
-        seen = COUNTERS.per_frame.get(frame, 0)
-        COUNTERS.per_frame[frame] = seen + 1
         COUNTERS.compilations += 1
         COUNTERS.cache_misses += 1
-        COUNTERS.recompilations += 1 if seen else 0
+        COUNTERS.recompilations += int(recompiled)
     forward = graph_module.forward
     first_call = [True]
 

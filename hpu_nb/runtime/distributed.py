@@ -72,8 +72,45 @@ def device_runtime_initialized() -> bool:
     return "habana_frameworks.torch" in sys.modules
 
 
+def autograd_survives_fork() -> bool:
+    """Whether a forked child of this process can run a backward pass.
+
+    torch's autograd engine refuses to run in a child forked after it started its device threads, which it does at the
+    first backward pass once a device such as `hpu` is registered (with hpu_nb installed, from `import torch` on). A
+    short-lived forked probe answers without touching this process.
+    """
+    import torch
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the probe child
+        ok = b"0"
+        try:
+            x = torch.zeros(1, requires_grad=True)
+            (x * 2).sum().backward()
+            ok = b"1"
+        finally:
+            os.write(write, ok)
+            os._exit(0)
+    os.close(write)
+    try:
+        answer = os.read(read, 1)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    return answer == b"1"
+
+
 def check_fork_allowed() -> None:
-    """Refuse to fork workers that would inherit an open Gaudi runtime, with the reason and the way out."""
+    """Refuse to fork workers that would inherit an open Gaudi runtime, or that could not run autograd, with the
+    reason and the way out."""
+    if not autograd_survives_fork():
+        raise ForkAfterDeviceInitError(
+            "Multi-device training from a notebook forks one worker per card, but this kernel has already run a"
+            " backward pass, and torch's autograd cannot run in a process forked after that. Run the multi-card"
+            " training before any single-card training in the kernel (or restart the kernel), or run it as a script"
+            " (%%writefile train.py, then `!python train.py`)."
+        )
     if device_runtime_initialized():
         raise ForkAfterDeviceInitError(
             "Multi-device training from a notebook forks one worker per Gaudi card, but this kernel has already"
