@@ -131,6 +131,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
         else:
             sys.modules["pyhlml"] = saved_pyhlml  # type: ignore[assignment]
         importlib.invalidate_caches()
+        _restore_emulated_torch_hpu()
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -154,6 +155,16 @@ def block_habana() -> Iterator[None]:
             sys.modules.pop("pyhlml", None)
         else:
             sys.modules["pyhlml"] = saved  # type: ignore[assignment]
+
+
+def _restore_emulated_torch_hpu() -> None:
+    """The machine is the emulated Gaudi again: `torch.hpu` is its module (code that imported habana_frameworks before
+    the fake was installed keeps using torch.hpu, which the fake's removal took away)."""
+    from hpu_nb.runtime import hpu_device
+    from hpu_nb.runtime.emulated_habana import load_surface
+
+    if hpu_device.is_loaded():
+        load_surface()
 
 
 def _drop_modules() -> None:
