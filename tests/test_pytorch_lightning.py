@@ -64,9 +64,10 @@ def test_pl_trainer_with_accelerator_hpu_trains_on_the_device():
     assert after < before / 5
 
 
-def test_pl_precision_and_profiler_strings():
+def test_pl_precision_and_profiler_strings(tmp_path):
     model = PLModel()
-    trainer = pl.Trainer(accelerator="hpu", precision="bf16-mixed", profiler="hpu", max_steps=2, **quiet())
+    trainer = pl.Trainer(accelerator="hpu", precision="bf16-mixed", profiler="hpu", max_steps=2,
+                         default_root_dir=tmp_path, **quiet())
     assert isinstance(trainer.precision_plugin, hpu_pl.HPUPrecisionPlugin)
     assert isinstance(trainer.profiler, hpu_pl.HPUProfiler)
     trainer.fit(model, data())
