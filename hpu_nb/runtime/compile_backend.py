@@ -9,7 +9,7 @@ The dynamic-shape switch (PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES, default off as on
 automatic dynamic shapes once the emulated `hpu_backend` is used: off, every new shape is a recompilation.
 
 `install()` registers "hpu_backend" with dynamo when `torch._dynamo` is imported (never importing it itself: it is
-heavy), and only where Habana's software is not installed (it registers its own).
+heavy; hpu_nb/_import_hooks.py), and only where Habana's software is not installed (it registers its own).
 """
 
 from __future__ import annotations
@@ -116,41 +116,15 @@ def _register() -> None:
         register_backend(hpu_backend, name=BACKEND_NAME)
 
 
-class _AfterDynamoImport:  # a MetaPathFinder, duck-typed (importlib.abc would cost ms on torch's autoload path)
-    """Registers "hpu_backend" once `torch._dynamo` has been imported."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch._dynamo":
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        original = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            if _FINDER in sys.meta_path:
-                sys.meta_path.remove(_FINDER)
-            _register()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-_FINDER = _AfterDynamoImport()
-
-
 def install() -> None:
     """Make "hpu_backend" the emulated compiler where Habana's software is absent (cheap, idempotent)."""
     from hpu_nb.runtime.emulated_habana import real_habana_spec
 
     if real_habana_spec() is not None:
         return  # Habana's habana_frameworks.torch.dynamo registers its own hpu_backend
-    dynamo = sys.modules.get("torch._dynamo")
-    if dynamo is not None:
-        if not getattr(getattr(dynamo, "__spec__", None), "_initializing", False):
-            _register()
-    elif _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+    from hpu_nb._import_hooks import after_import, is_initializing
+
+    if "torch._dynamo" not in sys.modules:
+        after_import("torch._dynamo", _register)
+    elif not is_initializing("torch._dynamo"):
+        _register()

@@ -8,14 +8,4 @@ from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision, HPUPrecision
 from hpu_nb.core.fabric.strategies import HPUDDPStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
-
-__all__ = [
-    "HPUAccelerator",
-    "HPUCheckpointIO",
-    "HPUDDPStrategy",
-    "HPUFSDPPrecision",
-    "HPUFSDPStrategy",
-    "HPUParallelStrategy",
-    "HPUPrecision",
-    "SingleHPUStrategy",
-]
+from hpu_nb.lightning_fabric import __all__  # noqa: F401  (one list of the Fabric names, for both packages)

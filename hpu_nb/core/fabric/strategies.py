@@ -25,7 +25,7 @@ from typing_extensions import override
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
 from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
-from hpu_nb.core.strategies.parallel import ForkCheckMixin, HPUParallelMixin, resolve_start_method
+from hpu_nb.core.strategies.parallel import ForkCheckMixin, HPUParallelMixin
 from hpu_nb.runtime import get_backend
 
 __all__ = ["HPUDDPStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
@@ -100,13 +100,11 @@ class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, D
         start_method: str | None = "auto",
         **kwargs: Any,
     ) -> None:
-        resolve_start_method(start_method)  # validate early
         super().__init__(
             accelerator=accelerator, parallel_devices=parallel_devices, cluster_environment=cluster_environment,
             checkpoint_io=checkpoint_io, precision=precision, process_group_backend=process_group_backend,
-            timeout=timeout, **kwargs,
+            timeout=timeout, start_method=start_method, **kwargs,
         )
-        self._start_method = start_method  # type: ignore[assignment]
 
     @classmethod
     @override
@@ -125,14 +123,11 @@ class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, HPUAcceleratorOnly, FS
 
     strategy_name = "hpu_fsdp"
 
-    def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_eager_mode()
-        resolve_start_method(start_method)
-        precision = kwargs.get("precision")
-        if precision is not None and not isinstance(precision, HPUFSDPPrecision):
-            kwargs["precision"] = HPUFSDPPrecision.from_plugin(precision)
+        if kwargs.get("precision") is not None:
+            kwargs["precision"] = HPUFSDPPrecision.from_plugin(kwargs["precision"])
         super().__init__(*args, **kwargs)
-        self._start_method = start_method
 
     @staticmethod
     def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:

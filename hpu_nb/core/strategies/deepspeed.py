@@ -25,7 +25,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
+from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
 
 __all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "require_deepspeed"]
@@ -114,7 +114,6 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         **kwargs: Any,
     ) -> None:
         require_deepspeed()
-        resolve_start_method(start_method)
         if isinstance(stage, bool) or stage not in ZERO_STAGES:
             raise MisconfigurationException(
                 f"HPUDeepSpeedStrategy(stage={stage!r}): DeepSpeed ZeRO has stages 0, 1, 2 and 3."
@@ -146,10 +145,10 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             stage=stage,
             offload_optimizer=offload_optimizer,
             offload_parameters=offload_parameters,
+            start_method=start_method,
             **kwargs,
         )
         validate_zero_config(self.config)
-        self._start_method = start_method
 
     # -- precision: chosen by hpu_nb's selection hook for Trainer(precision=...) ---------------------------------
     @staticmethod

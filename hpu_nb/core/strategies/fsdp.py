@@ -19,7 +19,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
+from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import get_backend
 
 __all__ = [
@@ -105,11 +105,9 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     strategy_name = "hpu_fsdp"
     _registered_strategies: ClassVar[list[str]] = []  # not Lightning's list: its FSDP names are refused off CUDA
 
-    def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_eager_mode()
-        resolve_start_method(start_method)
         super().__init__(*args, **kwargs)
-        self._start_method = start_method
 
     @staticmethod
     def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:

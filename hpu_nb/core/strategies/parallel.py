@@ -119,6 +119,13 @@ class HPUParallelMixin:
 
     _start_method: str | None = None
 
+    def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
+        """start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork", "spawn"
+        or "forkserver"; checked now, resolved when the launcher is configured."""
+        resolve_start_method(start_method)
+        super().__init__(*args, **kwargs)
+        self._start_method = start_method
+
     # -- devices --------------------------------------------------------------------------------------------------
     @property
     @override
@@ -220,7 +227,6 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
         start_method: str | None = "auto",
         **kwargs: Any,
     ) -> None:
-        resolve_start_method(start_method)  # validate early
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -233,9 +239,9 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
             model_averaging_period=model_averaging_period,
             process_group_backend=process_group_backend,
             timeout=timeout,
+            start_method=start_method,
             **kwargs,
         )
-        self._start_method = start_method
 
     @classmethod
     @override
