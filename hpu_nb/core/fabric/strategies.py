@@ -9,11 +9,9 @@ The one Fabric-specific thing is where lazy mode's mark_step goes: Fabric's `bac
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import torch
-from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.fabric.strategies.ddp import DDPStrategy
 from lightning.fabric.strategies.fsdp import FSDPStrategy
 from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
@@ -86,25 +84,7 @@ class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, D
     start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
     """
 
-    strategy_name = "hpu_parallel"
-
-    def __init__(
-        self,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision: Any = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | None = default_pg_timeout,
-        start_method: str | None = "auto",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            accelerator=accelerator, parallel_devices=parallel_devices, cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io, precision=precision, process_group_backend=process_group_backend,
-            timeout=timeout, start_method=start_method, **kwargs,
-        )
+    strategy_name = "hpu_parallel"  # Lightning's DDPStrategy arguments; start_method is HPUParallelMixin's
 
     @classmethod
     @override
