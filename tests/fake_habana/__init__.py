@@ -95,6 +95,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
 
     saved_env = {key: os.environ.get(key) for key in _ENV_KEYS}
     saved_pyhlml = sys.modules.get("pyhlml", _MISSING)
+    saved_emulated = _emulated_state()
     _drop_modules()
     paths = [SITE] + ([PYHLML_SITE] if pyhlml else [])
     for path in reversed(paths):
@@ -131,7 +132,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
         else:
             sys.modules["pyhlml"] = saved_pyhlml  # type: ignore[assignment]
         importlib.invalidate_caches()
-        _restore_emulated_torch_hpu()
+        _restore_emulated_state(saved_emulated)
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -157,14 +158,25 @@ def block_habana() -> Iterator[None]:
             sys.modules["pyhlml"] = saved  # type: ignore[assignment]
 
 
-def _restore_emulated_torch_hpu() -> None:
-    """The machine is the emulated Gaudi again: `torch.hpu` is its module (code that imported habana_frameworks before
-    the fake was installed keeps using torch.hpu, which the fake's removal took away)."""
-    from hpu_nb.runtime import hpu_device
-    from hpu_nb.runtime.emulated_habana import load_surface
+def _emulated_state() -> tuple[dict[str, Any], Any]:
+    """The emulated Gaudi's modules and `torch.hpu` as they are before the fake is installed."""
+    import torch
 
-    if hpu_device.is_loaded():
-        load_surface()
+    modules = {n: m for n, m in sys.modules.items() if n == "habana_frameworks" or n.startswith("habana_frameworks.")}
+    if "torch.hpu" in sys.modules:
+        modules["torch.hpu"] = sys.modules["torch.hpu"]
+    return modules, getattr(torch, "hpu", None)
+
+
+def _restore_emulated_state(saved: tuple[dict[str, Any], Any]) -> None:
+    """Put back what the emulated Gaudi had: code that imported habana_frameworks / torch.hpu before the fake was
+    installed keeps working after it is removed."""
+    import torch
+
+    modules, torch_hpu = saved
+    sys.modules.update(modules)
+    if torch_hpu is not None and getattr(torch, "hpu", None) is None:
+        torch._register_device_module("hpu", torch_hpu)
 
 
 def _drop_modules() -> None:
