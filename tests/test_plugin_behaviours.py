@@ -142,6 +142,28 @@ def test_deepspeed_fp16_is_refused_up_front_where_the_gaudi_cannot(monkeypatch):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("given_as", ["kwargs", "config"])
+def test_deepspeed_init_inference_arguments_reach_the_inference_engine(given_as):
+    """The plugin's inference tests: dtype / tensor_parallel / replace_with_kernel_inject, as strategy arguments or
+    in the config, make predict() run through deepspeed.init_inference, with the model's own results."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "DS_", "DEEPSPEED"))}
+    env["PYTHONPATH"] = str(root)
+    result = subprocess.run([sys.executable, str(root / "tests" / "dist_scripts" / "ds_inference.py"), given_as],
+                            capture_output=True, text=True, timeout=280, env=env, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["engine"] == "InferenceEngine" and report["close"]
+    assert report["inference_kwargs"] == (["dtype", "replace_with_kernel_inject", "tensor_parallel"]
+                                          if given_as == "kwargs" else [])
+
+
+@pytest.mark.timeout(300)
 def test_deepspeed_fp16_trains_on_gaudi2(tmp_path):
     result = run_fit(tmp_path / "fp16", "--devices", "1", "--strategy", "ds:2", "--precision", "16-mixed", timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]

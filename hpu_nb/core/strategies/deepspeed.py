@@ -68,6 +68,13 @@ def _validate_deepspeed_precision(precision: Any) -> str:
     return unified
 
 
+def _inference_keys() -> set[str]:
+    """The arguments `deepspeed.init_inference` takes (its config's fields)."""
+    import deepspeed
+
+    return set(deepspeed.default_inference_config())
+
+
 def validate_zero_config(config: dict[str, Any]) -> None:
     """Catch the configurations DeepSpeed would reject late or obscurely: unknown stage, misplaced offload."""
     zero = config.get("zero_optimization")
@@ -97,7 +104,9 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
 
     Takes Lightning's DeepSpeedStrategy arguments (zero_optimization, stage, offload_optimizer, offload_parameters,
     cpu_checkpointing, config, ...). When both the LightningModule and the config define an optimizer (or scheduler),
-    the LightningModule's wins.
+    the LightningModule's wins. Arguments of `deepspeed.init_inference` (dtype, tensor_parallel,
+    replace_with_kernel_inject, injection_policy, ...), given here or in the config, make validate / test / predict
+    run through DeepSpeed's inference engine, as with lightning-habana.
     """
 
     strategy_name = "hpu_deepspeed"
@@ -114,6 +123,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         **kwargs: Any,
     ) -> None:
         require_deepspeed()
+        inference_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in _inference_keys()}
         if isinstance(stage, bool) or stage not in ZERO_STAGES:
             raise MisconfigurationException(
                 f"HPUDeepSpeedStrategy(stage={stage!r}): DeepSpeed ZeRO has stages 0, 1, 2 and 3."
@@ -149,6 +159,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             **kwargs,
         )
         validate_zero_config(self.config)
+        self.inference_kwargs = inference_kwargs
 
     # -- precision: chosen by hpu_nb's selection hook for Trainer(precision=...) ---------------------------------
     @staticmethod
@@ -213,6 +224,11 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         from lightning.pytorch.strategies.deepspeed import remove_module_hooks
 
         assert isinstance(self.config, dict)
+        inference_only = {key: self.config[key] for key in _inference_keys() & set(self.config)}
+        if self.inference_kwargs or inference_only:  # DeepSpeed's inference engine (tensor parallel, kernels, dtype)
+            remove_module_hooks(model)
+            self.model = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
+            return
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
         for key in ("fp16", "bf16"):
             if key in self.config:
