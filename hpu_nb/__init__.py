@@ -1,8 +1,12 @@
 """hpu_nb: train with PyTorch Lightning on Intel Gaudi (HPU) from a notebook — or on an emulated Gaudi anywhere.
 
 Importing this package is cheap: it imports neither torch nor Lightning, touches no device and starts no
-subprocess. Public names load on first use; Lightning learns about "hpu" when it is imported; where Habana's software
-is not installed, `habana_frameworks` and `torch.hpu` resolve to the emulated Gaudi when first imported.
+subprocess. Public names load on first use; Lightning (`lightning` and the standalone `pytorch_lightning` /
+`lightning_fabric`, Trainer and Fabric) learns about "hpu" when it is imported; where Habana's software is not
+installed, `habana_frameworks` and `torch.hpu` resolve to the emulated Gaudi when first imported.
+
+Names here are for `lightning` (`lightning.pytorch`, and Fabric's `HPUPrecision`); `hpu_nb.fabric` has every Fabric
+name, `hpu_nb.pytorch_lightning` / `hpu_nb.lightning_fabric` the same pieces for the standalone packages.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "HPUCheckpointIO": "hpu_nb.core.checkpoint_io",
     "InvalidCheckpointError": "hpu_nb.core.checkpoint_io",
     "StuckRankError": "hpu_nb.core.strategies.liveness",
+    "HPUPrecision": "hpu_nb.core.fabric.precision",
+    "HPUGraphMetrics": "hpu_nb.core.metrics",
     "HPUProfiler": "hpu_nb.core.profiler",
     "TrainerConfig": "hpu_nb.notebook.trainer_config",
     "MemoryMonitor": "hpu_nb.notebook.memory_monitor",
@@ -42,7 +48,7 @@ _EXPORTS: dict[str, str] = {
     "HPUNotAvailableError": "hpu_nb.runtime",
     "get_backend": "hpu_nb.runtime",
 }
-_SUBPACKAGES = ("runtime", "core", "traces", "notebook")
+_SUBPACKAGES = ("runtime", "core", "traces", "notebook", "fabric", "pytorch_lightning", "lightning_fabric")
 
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension", "unload_ipython_extension"]
 
@@ -75,8 +81,9 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-from hpu_nb import _lightning_hook  # noqa: E402
+from hpu_nb import _flavours, _lightning_hook  # noqa: E402
 from hpu_nb.runtime import emulated_habana as _emulated_habana  # noqa: E402
 
+_flavours.install()  # hpu_nb._standalone: hpu_nb.core for the standalone pytorch_lightning / lightning_fabric
 _lightning_hook.install()
 _emulated_habana.install()  # `habana_frameworks` / `torch.hpu` resolve to the emulated Gaudi where Habana's is absent

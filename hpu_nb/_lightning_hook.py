@@ -1,58 +1,45 @@
-"""Run hpu_nb's Lightning registration once `lightning.pytorch` is imported, without importing it ourselves.
+"""Run hpu_nb's Lightning registration once Lightning is imported, without importing it ourselves.
 
-`import hpu_nb` must stay cheap, yet `Trainer(accelerator="hpu")` must work whichever package the user imported
-first. If Lightning is already loaded we register now; otherwise a one-shot import hook registers right after
-`lightning.pytorch` finishes loading.
+`import hpu_nb` must stay cheap, yet `Trainer(accelerator="hpu")` and `Fabric(accelerator="hpu")` must work whichever
+package the user imported first, and for both Lightning distributions: `lightning` (`lightning.pytorch` and
+`lightning.fabric`) and the standalone `pytorch_lightning` / `lightning_fabric`, which have registries of their own.
+If a target is already loaded we register now; otherwise registration follows its import (hpu_nb/_import_hooks.py).
 """
 
 from __future__ import annotations
 
-import importlib.machinery
+import functools
 import sys
-from typing import Any
 
-TARGET = "lightning.pytorch"
+from hpu_nb._import_hooks import after_import, is_initializing
 
-
-def _register() -> None:
-    from hpu_nb.core.registration import register_all
-
-    register_all()
-
-
-class _AfterLightningImport:
-    """A meta path finder (duck-typed, to keep importlib.abc out of the import time)."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        original_exec = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original_exec(module)
-            remove()
-            _register()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+# module -> flavour of hpu_nb.core to register with it ("lightning": hpu_nb.core; "standalone": its translation)
+TARGETS = {
+    "lightning.pytorch": "lightning",
+    "pytorch_lightning": "standalone",
+    "lightning_fabric": "standalone",
+}
+# The last module each package's __init__ imports: when torch's autoload brings hpu_nb in while the package is still
+# executing (`import pytorch_lightning` imports torch first), registration waits for this one.
+# tests/test_lightning_tripwire.py fails if a Lightning release moves it.
+LAST_IMPORT = {name: f"{name}._graveyard" for name in TARGETS}
 
 
-_finder = _AfterLightningImport()
+def _register(trigger: str) -> None:
+    if trigger == "lightning_fabric" and is_initializing("pytorch_lightning"):
+        return  # pytorch_lightning is importing lightning_fabric: registration follows once pytorch_lightning is loaded
+    from hpu_nb import _flavours
 
-
-def remove() -> None:
-    if _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
+    _flavours.core_module(TARGETS[trigger], "registration").register_all()
 
 
 def install() -> None:
-    """Register now if Lightning is loaded, else when it is."""
-    module = sys.modules.get(TARGET)
-    if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False) is False:
-        _register()
-        return
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    """Register with each Lightning package that is loaded, and hook the ones that are not (yet)."""
+    for name in TARGETS:
+        callback = functools.partial(_register, name)
+        if name not in sys.modules:
+            after_import(name, callback)
+        elif is_initializing(name):
+            after_import(LAST_IMPORT[name], callback)
+        else:
+            callback()

@@ -3,7 +3,8 @@
 What Habana's software does on a Gaudi since 1.18, hpu_nb does for the emulated Gaudi: by the end of `import torch`,
 `Trainer(accelerator="hpu")` and `habana_frameworks` / `torch.hpu` resolve without `import hpu_nb`, and the emulated
 device's library (when built) is loaded before any code can ask torch which accelerators exist. It costs a few ms
-and touches no device. Off with HPU_NB_AUTOLOAD=0 (or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0).
+and touches no device (benchmarks/bench_autoload.py measures it). Off with HPU_NB_AUTOLOAD=0 (read by the entry point
+module, `_hpu_nb_autoload`, before hpu_nb is imported) or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0.
 """
 
 from __future__ import annotations

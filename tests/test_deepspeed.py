@@ -94,10 +94,9 @@ def test_missing_deepspeed_names_the_extra(monkeypatch):
 
 
 def test_non_hpu_accelerator_is_refused_clearly():
-    strategy = HPUDeepSpeedStrategy()
-    trainer = L.Trainer(accelerator="cpu", devices=1, strategy=strategy, logger=False)
-    with pytest.raises(MisconfigurationException, match="runs on HPUAccelerator, not CPUAccelerator"):
-        trainer.strategy.setup_environment()
+    expected = "HPUDeepSpeedStrategy requires HPUAccelerator, got CPUAccelerator"
+    with pytest.raises(MisconfigurationException, match=expected):
+        L.Trainer(accelerator="cpu", devices=1, strategy=HPUDeepSpeedStrategy(), logger=False)
 
 
 # -- real fits on the emulated Gaudi ----------------------------------------------------------------------------------

@@ -250,6 +250,43 @@ def test_a_forked_process_drives_a_fresh_card(card):
     assert in_use() == 4000  # the parent's card is untouched
 
 
+def test_backward_runs_on_the_calling_thread_from_any_thread(card):
+    """No autograd device threads for the card (they would break every forked child's backward): backward and
+    torch.autograd.grad on hpu tensors run on the thread that calls them, the main thread or another."""
+    import threading
+
+    def grads_and_threads() -> tuple[list[float], set[int], int]:
+        seen: set[int] = set()
+        w = torch.ones(3, device="hpu", requires_grad=True)
+        w.register_hook(lambda g: seen.add(threading.get_ident()))
+        (w * w).sum().backward()
+        (g,) = torch.autograd.grad((w * 3).sum(), w)
+        assert g.device.type == "hpu" and g.tolist() == [3.0, 3.0, 3.0]
+        return w.grad.tolist(), seen, threading.get_ident()
+
+    grads, seen, me = grads_and_threads()
+    assert grads == [2.0, 2.0, 2.0] and seen == {me}
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(out=grads_and_threads()))
+    worker.start()
+    worker.join()
+    grads, seen, ident = result["out"]
+    assert grads == [2.0, 2.0, 2.0] and seen == {ident} and ident != me
+
+
+def test_torch_still_runs_backward_through_the_engine_hpu_nb_routes():
+    """Tripwire: hpu_nb.runtime.hpu_device.backward wraps Variable._execution_engine; torch must still call it."""
+    import inspect
+
+    from torch.autograd.variable import Variable
+
+    from hpu_nb.runtime.hpu_device.backward import CallingThreadEngine
+
+    assert "Variable._execution_engine.run_backward(" in inspect.getsource(torch.autograd.graph._engine_run_backward)
+    assert isinstance(Variable._execution_engine, CallingThreadEngine)
+    assert callable(Variable._execution_engine.queue_callback)  # everything else reaches torch's engine
+
+
 # -- autocast -----------------------------------------------------------------------------------------------------
 def _autocast_dtypes() -> dict[str, torch.dtype]:
     torch.manual_seed(0)

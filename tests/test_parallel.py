@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import lightning as L
@@ -200,6 +201,35 @@ def test_emulated_gaudi_forks_freely_and_workers_get_fresh_cards(monkeypatch):
     os.waitpid(pid, 0)
     assert json.loads(os.read(read, 1000)) == [0, 64 << 20, 1024.0]  # a fresh card; the parent's tensors still readable
     assert parent.memory_stats()["InUse"] == in_use
+
+
+def test_a_worker_forked_after_backward_passes_runs_autograd_on_hpu():
+    """torch's autograd engine refuses to run in a child forked after it started device threads. hpu_nb's device
+    starts none (its backward passes run on the calling thread), so a notebook can train on one card, then fork
+    workers for many: each runs its own backward passes, on hpu and on the CPU."""
+    code = textwrap.dedent("""
+        import os, torch
+        from hpu_nb.runtime import distributed
+        (torch.ones(2, device="hpu", requires_grad=True) * 2).sum().backward()
+        (torch.ones(2, requires_grad=True) * 2).sum().backward()
+        distributed.check_fork_allowed()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for device in ("hpu", "cpu"):
+                    w = torch.ones(3, device=device, requires_grad=True)
+                    (w * w).sum().backward()
+                    assert w.grad.tolist() == [2.0, 2.0, 2.0], w.grad
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "child exit 0" in result.stdout, result.stderr[-2000:]
 
 
 def test_deepspeed_environment_follows_the_backend(monkeypatch):

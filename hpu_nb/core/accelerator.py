@@ -10,49 +10,66 @@ from lightning.fabric.utilities.types import _DEVICE
 from lightning.pytorch.accelerators.accelerator import Accelerator
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
 
 
+class NotAnHPUError(MisconfigurationException, ValueError):
+    """An HPU piece was given a device or accelerator that is not an HPU (Lightning's and the plugin's error types)."""
+
+
 class HPUAccelerator(Accelerator):
-    """Accelerator for Intel Gaudi devices; on a machine without one, for the emulated Gaudi."""
+    """Accelerator for Intel Gaudi devices; on a machine without one, for the emulated Gaudi.
+
+    One class for the Trainer and for Fabric: Lightning's Trainer accelerator is a Fabric accelerator plus
+    `setup(trainer)` and `get_device_stats`.
+    """
 
     def __repr__(self) -> str:
         return "HPUAccelerator()"
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         if device.type != "hpu":
-            raise MisconfigurationException(f"Device should be HPU, got {device} instead.")
+            raise NotAnHPUError(f"Device should be HPU, got {device} instead.")
 
+    @override
     def setup(self, trainer: Any) -> None:
         backend = get_backend()
         where = f"emulated Gaudi ({backend.device_name()} on the CPU)" if backend.is_emulated else backend.device_name()
         rank_zero_info(f"HPU available: True, using: {trainer.num_devices} x {where}")
 
+    @override
     def get_device_stats(self, device: _DEVICE = None) -> dict[str, Any]:
         """The ten Gaudi memory counters (Limit, InUse, MaxInUse, NumAllocs, ...)."""
         return get_backend().memory_stats(_device_index(device))
 
+    @override
     def teardown(self) -> None:
         pass
 
     @staticmethod
+    @override
     def parse_devices(devices: Union[int, str, list[int]]) -> int:
         """Number of HPUs to use, from 1 / "2" / "auto" / -1; anything else is a clear error."""
         return _parse_hpus(devices)
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Union[int, str]) -> list[torch.device]:
         count = _parse_hpus(devices)
         root = get_backend().root_device()
         return [root] * count
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """All Gaudi cards on a Gaudi; one emulated card unless HPU_NB_DEVICE_COUNT asks for more."""
         return get_backend().auto_device_count()
 
     @staticmethod
+    @override
     def is_available() -> bool:
         return get_backend().is_available()
 
@@ -76,10 +93,12 @@ class HPUAccelerator(Accelerator):
         return is_fp16_available()
 
     @staticmethod
+    @override
     def name() -> str:
         return "hpu"
 
     @classmethod
+    @override
     def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
         accelerator_registry.register(cls.name(), cls, description=cls.__name__, override=True)
 

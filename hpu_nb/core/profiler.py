@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.profilers import PyTorchProfiler
+from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
 
@@ -49,19 +50,25 @@ class HPUProfiler(PyTorchProfiler):
         super().__init__(dirpath=dirpath, filename=filename, **kwargs)
 
     # -- what we ask of torch.profiler ---------------------------------------------------------
+    @override
     def _default_activities(self) -> list[Any]:
         """CPU, plus HPU on a Gaudi (the Enum habana_frameworks installs); CPU only on the emulated Gaudi."""
-        activity = torch.profiler.ProfilerActivity  # looked up now: habana_frameworks may have replaced it
+        return self.profile_hpu_activities([torch.profiler.ProfilerActivity.CPU])
+
+    def profile_hpu_activities(self, activities: list[Any] | None) -> list[Any]:
+        """`activities` plus the HPU activity on a Gaudi (lightning-habana's name). The emulated Gaudi has no HPU
+        activity to record: the list comes back unchanged (the trace metadata says CPU activity only)."""
+        activities = list(activities or [])
         if self._backend.is_emulated:
-            return [activity.CPU]
-        hpu = getattr(activity, "HPU", None)
+            return activities
+        hpu = getattr(torch.profiler.ProfilerActivity, "HPU", None)  # looked up now: habana_frameworks replaces it
         if hpu is None:
             raise RuntimeError(
                 "HPUProfiler on a Gaudi needs torch.profiler.ProfilerActivity.HPU, which habana_frameworks.torch "
                 "adds when it is imported; it is missing here. Import habana_frameworks.torch (or hpu_nb) before "
                 "creating the profiler."
             )
-        return [activity.CPU, hpu]
+        return activities if hpu in activities else activities + [hpu]
 
     @property
     def activities(self) -> list[Any]:
@@ -69,10 +76,12 @@ class HPUProfiler(PyTorchProfiler):
         return list(self._profiler_kwargs.get("activities") or [])
 
     # -- recording -----------------------------------------------------------------------------
+    @override
     def start(self, action_name: str) -> None:
         super().start(action_name)
         self._add_trace_metadata()
 
+    @override
     def stop(self, action_name: str) -> None:
         super().stop(action_name)
         self._add_trace_metadata()
@@ -123,6 +132,7 @@ class HPUProfiler(PyTorchProfiler):
 
         return load(path or self.last_trace_path())
 
+    @override
     def summary(self) -> str:
         """A summary of the last trace written: top ops by self / total time, steps, tracks, gaps, memory.
 

@@ -1,9 +1,12 @@
-"""Make Lightning know the HPU: registry entries plus the smallest, version-checked hook into its connector.
+"""Make Lightning know the HPU: registry entries plus the smallest, version-checked hooks into its connectors.
 
 Lightning 2.6 removed its Gaudi support: `Trainer(accelerator="hpu")` raises "HPU is currently not supported" and
-an `HPUAccelerator()` instance silently gets a CPU SingleDeviceStrategy. We wrap exactly two connector methods
-(strategy choice, precision choice) and delegate to Lightning for every non-HPU Trainer.
-`hpu_nb/__init__.py` runs `register_all()` as soon as `lightning.pytorch` is imported, whichever comes first.
+an `HPUAccelerator()` instance silently gets a CPU SingleDeviceStrategy; Fabric picks a CPU strategy and CUDA's
+autocast. For the Trainer's connector and for Fabric's we wrap the same three methods (strategy choice, precision
+choice, the auto accelerator) and delegate to Lightning for everything that is not an HPU. The rules themselves live
+in selection.py, once for both.
+`hpu_nb/_lightning_hook.py` runs `register_all()` as soon as Lightning is imported, whichever comes first; for the
+standalone `pytorch_lightning` / `lightning_fabric` packages it runs this module's translation (hpu_nb/_flavours.py).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import functools
 import importlib
 import warnings
 from typing import Any
+
+from hpu_nb.core import selection
 
 SUPPORTED_LIGHTNING = ((2, 6), (2, 7))  # [low, high)
 
@@ -23,15 +28,17 @@ STRATEGY_MODULES = (
     "hpu_nb.core.strategies.fsdp",
 )
 
+FABRIC_STRATEGY_MODULES = ("hpu_nb.core.fabric.strategies",)
+
 _HOOKED_METHODS = ("_choose_strategy", "_check_and_init_precision", "_choose_auto_accelerator")
 _registered = False
 
 
 def lightning_version() -> tuple[int, ...]:
-    import lightning
+    from lightning.pytorch import __version__  # not `lightning.__version__`: the `lightning` package may be mid-import
 
     parts = []
-    for piece in lightning.__version__.split(".")[:3]:
+    for piece in __version__.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)
@@ -43,35 +50,41 @@ def is_supported_lightning() -> bool:
 
 
 def register_all() -> None:
-    """Register accelerator, strategies and profiler names with Lightning, and hook the connector. Idempotent."""
+    """Register accelerator, strategies and profiler names with the Trainer's and Fabric's registries, and hook both
+    connectors. Idempotent."""
     global _registered
     if _registered:
         return
+    from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
+    from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
+    from lightning.fabric.strategies import Strategy as FabricStrategy
     from lightning.pytorch.accelerators import AcceleratorRegistry
-    from lightning.pytorch.strategies import StrategyRegistry
+    from lightning.pytorch.strategies import Strategy, StrategyRegistry
 
     from hpu_nb.core.accelerator import HPUAccelerator
 
     HPUAccelerator.register_accelerators(AcceleratorRegistry)
-    for strategy_cls in _strategy_classes():
+    HPUAccelerator.register_accelerators(FABRIC_ACCELERATORS)  # one accelerator class serves both
+    for strategy_cls in _strategy_classes(STRATEGY_MODULES, Strategy):
         strategy_cls.register_strategies(StrategyRegistry)
+    for strategy_cls in _strategy_classes(FABRIC_STRATEGY_MODULES, FabricStrategy):
+        strategy_cls.register_strategies(FABRIC_STRATEGIES)
     _register_profiler()
     install_connector_hook()
     from hpu_nb.core.trainer_output import install as install_trainer_output
 
     install_trainer_output()  # an HPU Trainer says which HPU it uses, instead of Lightning's GPU / TPU lines
+    install_fabric_connector_hook()
     _registered = True
 
 
-def _strategy_classes() -> list[type]:
-    from lightning.pytorch.strategies import Strategy
-
+def _strategy_classes(modules: tuple[str, ...], base: type) -> list[type]:
     classes = []
-    for name in STRATEGY_MODULES:
+    for name in modules:
         module = importlib.import_module(name)
         for attr in getattr(module, "__all__", ()):
             obj = getattr(module, attr)
-            if isinstance(obj, type) and issubclass(obj, Strategy) and "strategy_name" in vars(obj):
+            if isinstance(obj, type) and issubclass(obj, base) and "strategy_name" in vars(obj):
                 classes.append(obj)
     return classes
 
@@ -83,44 +96,73 @@ def _register_profiler() -> None:
 
 
 def install_connector_hook() -> bool:
-    """Wrap the connector's strategy / precision / auto-accelerator choice for HPU. Returns whether it is installed."""
+    """Wrap the Trainer connector's strategy / precision / auto-accelerator choice for HPU. Returns whether it is in."""
     from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as Connector
 
-    if getattr(Connector, "_hpu_nb_hooked", False):
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+    from hpu_nb.core.strategies.single import SingleHPUStrategy
+
+    def precision_for_hpu(connector: Any) -> Any:
+        if connector._precision_plugin_flag is not None:
+            return None  # a plugin instance was given: Lightning's own checks apply
+        connector._validate_precision_choice()
+        return selection.choose_precision(connector.strategy, connector._precision_flag, HPUPrecisionPlugin)
+
+    return _hook_connector(Connector, "Trainer", SingleHPUStrategy, precision_for_hpu)
+
+
+def install_fabric_connector_hook() -> bool:
+    """The same for Fabric's connector: `Fabric(accelerator="hpu", devices=N, strategy=..., precision=...)`."""
+    from lightning.fabric.connector import _Connector as Connector
+    from lightning.fabric.plugins.precision import Precision
+
+    from hpu_nb.core.fabric.precision import HPUPrecision
+    from hpu_nb.core.fabric.strategies import SingleHPUStrategy
+
+    def precision_for_hpu(connector: Any) -> Any:
+        if isinstance(connector._precision_instance, Precision):
+            return None
+        return selection.choose_precision(connector.strategy, connector._precision_input, HPUPrecision)
+
+    return _hook_connector(Connector, "Fabric", SingleHPUStrategy, precision_for_hpu)
+
+
+def _hook_connector(connector: Any, owner: str, single_strategy: type, precision_for_hpu: Any) -> bool:
+    """Wrap `_choose_strategy`, `_check_and_init_precision` and `_choose_auto_accelerator` of a connector class."""
+    if getattr(connector, "_hpu_nb_hooked", False):
         return True
-    missing = [name for name in _HOOKED_METHODS if not hasattr(Connector, name)]
+    missing = [name for name in _HOOKED_METHODS if not hasattr(connector, name)]
     if missing or not is_supported_lightning():
-        import lightning
+        from lightning.pytorch import __version__
 
         warnings.warn(
-            f"hpu_nb supports Lightning 2.6.x; this is Lightning {lightning.__version__}"
-            + (f", whose connector lacks {', '.join(missing)}" if missing else "")
+            f"hpu_nb supports Lightning 2.6.x; this is Lightning {__version__}"
+            + (f", whose {owner} connector lacks {', '.join(missing)}" if missing else "")
             + ". "
-            + ("Trainer(accelerator='hpu') cannot be wired up: pass strategy=SingleHPUStrategy() explicitly."
+            + (f"{owner}(accelerator='hpu') cannot be wired up: pass strategy=SingleHPUStrategy() explicitly."
                if missing else "The HPU hook is installed but untested on this version."),
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         if missing:
             return False
 
-    from hpu_nb.core.selection import choose_precision, choose_strategy, is_hpu_accelerator
-
-    original_choose_strategy = Connector._choose_strategy
-    original_precision = Connector._check_and_init_precision
-    original_auto = Connector._choose_auto_accelerator
+    original_choose_strategy = connector._choose_strategy
+    original_precision = connector._check_and_init_precision
+    original_auto = connector._choose_auto_accelerator
 
     @functools.wraps(original_choose_strategy)
     def _choose_strategy(self: Any) -> Any:
-        if is_hpu_accelerator(self._accelerator_flag):
-            return choose_strategy(self)
+        if selection.is_hpu_accelerator(self._accelerator_flag):
+            return selection.choose_strategy(self._parallel_devices, self._num_nodes_flag, single_strategy)
         return original_choose_strategy(self)
 
     @functools.wraps(original_precision)
     def _check_and_init_precision(self: Any) -> Any:
-        if self._precision_plugin_flag is None and is_hpu_accelerator(self.accelerator):
-            self._validate_precision_choice()
-            return choose_precision(self)
+        if selection.is_hpu_accelerator(self.accelerator):
+            plugin = precision_for_hpu(self)
+            if plugin is not None:
+                return plugin
         return original_precision(self)
 
     @functools.wraps(original_auto)
@@ -129,11 +171,11 @@ def install_connector_hook() -> bool:
             return "hpu"
         return original_auto(*args)
 
-    Connector._choose_strategy = _choose_strategy
-    Connector._check_and_init_precision = _check_and_init_precision
-    Connector._choose_auto_accelerator = staticmethod(_choose_auto_accelerator)
-    Connector._hpu_nb_hooked = True
-    Connector._hpu_nb_originals = {
+    connector._choose_strategy = _choose_strategy
+    connector._check_and_init_precision = _check_and_init_precision
+    connector._choose_auto_accelerator = staticmethod(_choose_auto_accelerator)
+    connector._hpu_nb_hooked = True
+    connector._hpu_nb_originals = {
         "_choose_strategy": original_choose_strategy,
         "_check_and_init_precision": original_precision,
         "_choose_auto_accelerator": original_auto,

@@ -1,13 +1,13 @@
-"""Which strategy and precision plugin a Trainer gets when its accelerator is an HPU.
+"""Which strategy and precision plugin an HPU Trainer or Fabric gets: the rules, once for both.
 
-Called from the connector hook in registration.py; kept apart so the rules are readable in one place.
+Called from the connector hooks in registration.py; kept apart so the rules are readable in one place.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-PARALLEL_STRATEGY_NAME = "hpu_parallel"
+PARALLEL_STRATEGY_NAME = "hpu_parallel"  # registered with the Trainer's and with Fabric's strategy registry
 
 
 def is_hpu_accelerator(flag: Any) -> bool:
@@ -16,22 +16,17 @@ def is_hpu_accelerator(flag: Any) -> bool:
     return isinstance(flag, HPUAccelerator) or (isinstance(flag, str) and flag.lower() == "hpu")
 
 
-def choose_strategy(connector: Any) -> Any:
-    """SingleHPUStrategy for one device, the HPUParallelStrategy family for several (or several nodes)."""
-    from hpu_nb.core.strategies.single import SingleHPUStrategy
-
-    devices = connector._parallel_devices
-    if len(devices) <= 1 and connector._num_nodes_flag == 1:
-        return SingleHPUStrategy(device=devices[0] if devices else None)
+def choose_strategy(parallel_devices: list, num_nodes: int, single_strategy: type) -> Any:
+    """The single-HPU strategy for one device, the HPUParallelStrategy family for several (or several nodes)."""
+    if len(parallel_devices) <= 1 and num_nodes == 1:
+        return single_strategy(device=parallel_devices[0] if parallel_devices else None)
     return PARALLEL_STRATEGY_NAME
 
 
-def choose_precision(connector: Any) -> Any:
-    """The precision plugin for an HPU Trainer given only `precision=...` (no plugin instance)."""
-    flag = connector._precision_flag
-    own = getattr(connector.strategy, "hpu_precision_plugin", None)
-    if callable(own):  # DeepSpeed / FSDP strategies bring their own plugin class
-        return own(flag)
-    from hpu_nb.core.precision import HPUPrecisionPlugin
-
-    return HPUPrecisionPlugin(precision=flag)
+def choose_precision(strategy: Any, precision: Any, default_plugin: type) -> Any:
+    """The precision plugin for `precision=...` given without a plugin instance: the strategy's own kind when it has
+    one (DeepSpeed, FSDP), else `default_plugin` (HPUPrecisionPlugin for the Trainer, HPUPrecision for Fabric)."""
+    own = getattr(strategy, "hpu_precision_plugin", None)
+    if callable(own):
+        return own(precision)
+    return default_plugin(precision=precision)

@@ -7,18 +7,13 @@ This package is the only place that imports habana_frameworks.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
+from typing import TYPE_CHECKING, Any
 
-from hpu_nb.runtime.base import (
-    MEMORY_STAT_KEYS,
-    DeviceBackend,
-    DeviceFacts,
-    HPUNotAvailableError,
-    Versions,
-    is_out_of_memory,
-)
-from hpu_nb.runtime.generations import GENERATIONS, Generation
+if TYPE_CHECKING:
+    from hpu_nb.runtime.base import DeviceBackend
 
 __all__ = [
     "MEMORY_STAT_KEYS",
@@ -33,6 +28,28 @@ __all__ = [
     "reset_backend",
     "set_backend",
 ]
+
+# Loaded on first use: torch's autoload imports hpu_nb.runtime.emulated_habana (and so this package) on every
+# `import torch`, which must stay cheap.
+_LAZY = {
+    "MEMORY_STAT_KEYS": "hpu_nb.runtime.base",
+    "DeviceBackend": "hpu_nb.runtime.base",
+    "DeviceFacts": "hpu_nb.runtime.base",
+    "HPUNotAvailableError": "hpu_nb.runtime.base",
+    "Versions": "hpu_nb.runtime.base",
+    "is_out_of_memory": "hpu_nb.runtime.base",
+    "GENERATIONS": "hpu_nb.runtime.generations",
+    "Generation": "hpu_nb.runtime.generations",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 BACKEND_CHOICES = ("auto", "gaudi", "emulated")
 
@@ -54,6 +71,8 @@ def _create_backend() -> DeviceBackend:
     if found:
         return GaudiBackend()
     if choice == "gaudi":
+        from hpu_nb.runtime.base import HPUNotAvailableError
+
         raise HPUNotAvailableError(
             f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
             "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
@@ -61,6 +80,8 @@ def _create_backend() -> DeviceBackend:
     from hpu_nb.runtime.emulated_habana import real_habana_spec
 
     if real_habana_spec() is not None:
+        from hpu_nb.runtime.base import HPUNotAvailableError
+
         raise HPUNotAvailableError(
             f"Habana's software is installed but no Gaudi can be used here: {reason}. The emulated Gaudi cannot run"
             " beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python with"

@@ -22,7 +22,9 @@ MEMORY_STAT_KEYS = (
 )
 
 
-METRIC_NAMES = ("graph_compilation", "cpu_fallback", "memory_defragmentation", "recipe_cache")
+# Habana's global metrics (habana_frameworks.torch.hpu.metrics);
+# "recipe_cache" exists with PT_HPU_ENABLE_CACHE_METRICS=1.
+METRIC_NAMES = ("graph_compilation", "recipe_cache", "cpu_fallback", "memory_defragmentation")
 
 
 class HPUNotAvailableError(RuntimeError):
@@ -174,25 +176,35 @@ class DeviceBackend(ABC):
         return []
 
     def metrics(self, names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
-        """Habana's global metrics (graph compilations, CPU fallbacks, ...) as {name: {tag: value}}.
-
-        `metric_global` returns None for a name this process does not collect (recipe_cache needs
-        PT_HPU_ENABLE_CACHE_METRICS=1): such names are left out.
-        """
+        """Habana's global metrics as {name: {tag: value}}: graph compilations (on the emulated Gaudi, those of
+        torch.compile's hpu_backend, recompilations included), the recipe cache, CPU fallbacks, defragmentation.
+        A metric this release does not report is left out."""
         result: dict[str, dict[str, Any]] = {}
-        for metric in names:
+        for name in names:
             try:
-                found = self._hthpu.metrics.metric_global(metric)
-                if found is not None:
-                    result[metric] = dict(found.stats())
-            except Exception:  # noqa: BLE001 - a broken metric must not break what shows it
+                metric = self._hthpu.metrics.metric_global(name)
+                if metric is not None:
+                    result[name] = dict(metric.stats())
+            except Exception:  # noqa: BLE001 - a metric unknown to this Habana release (older ones raise)
                 continue
         return result
 
+    def dynamic_shapes(self) -> bool | None:
+        """Habana's dynamic-shape switch (PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES); None if absent."""
+        status = getattr(self._hthpu, "get_dynamic_shape_status", None)
+        try:
+            return bool(status()) if callable(status) else None
+        except Exception:  # noqa: BLE001
+            return None
+
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""
+        import os
+
         kind = "emulated Gaudi on the CPU" if self.is_emulated else "Intel Gaudi"
-        return f"{kind}: {self.device_count()} x {self.device_name()}"
+        tenant = os.environ.get("HABANA_VISIBLE_MODULES", "").strip()
+        return f"{kind}: {self.device_count()} x {self.device_name()}" + (
+            f" (HABANA_VISIBLE_MODULES={tenant})" if tenant else "")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"

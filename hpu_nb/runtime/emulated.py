@@ -6,6 +6,7 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hpu_nb.runtime import hpu_device
@@ -51,7 +52,8 @@ class EmulatedBackend(DeviceBackend):
 
     @property
     def device_count_is_explicit(self) -> bool:
-        return self.card.device_count_is_explicit
+        """HPU_NB_DEVICE_COUNT or HABANA_VISIBLE_MODULES says how many cards to use (devices="auto" uses them all)."""
+        return self.card.device_count_is_explicit or bool(os.environ.get("HABANA_VISIBLE_MODULES", "").strip())
 
     def is_available(self) -> bool:
         return True
@@ -61,7 +63,8 @@ class EmulatedBackend(DeviceBackend):
         return self.device_count() if self.device_count_is_explicit else 1
 
     def device_count(self) -> int:
-        return self.card.device_count
+        """The cards this process may use: the machine's, or the tenant's (HABANA_VISIBLE_MODULES)."""
+        return int(self._hthpu.device_count())
 
     def generation(self) -> Generation:
         return self.card.generation

@@ -40,7 +40,7 @@ def _import_runtime() -> tuple[Any, Any]:
 
     if real_habana_spec() is None:
         raise ImportError("habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)")
-    from hpu_nb.runtime.emulated_habana.compile_backend import make_way_for_habana
+    from hpu_nb.runtime.compile_backend import make_way_for_habana
 
     make_way_for_habana()  # Habana registers "hpu_backend" on import; torch may have registered hpu_nb's meanwhile
     htcore = importlib.import_module(CORE_MODULE)

@@ -40,6 +40,11 @@ class HPUInfo:
     devices: list[DeviceFacts] = field(default_factory=list)
     versions: Versions = field(default_factory=Versions)
     flags: list[FlagInfo] = field(default_factory=list)
+    # Habana's global metrics {name: {tag: value}}: graph_compilation (TotalNumber, TotalTime in us, AvgTime; on the
+    # emulated Gaudi torch.compile's hpu_backend, plus Recompilations), recipe_cache (TotalHit, TotalMiss; with
+    # PT_HPU_ENABLE_CACHE_METRICS=1 on a Gaudi), cpu_fallback, memory_defragmentation.
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dynamic_shapes: bool | None = None  # Habana's dynamic-shape switch (None: unknown)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0  # how long collecting took
     release: str | None = None  # the Gaudi software release whose behaviour is in force ("1.21")
@@ -115,6 +120,11 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
         problems.append(f"is_lazy failed: {type(err).__name__}: {err}")
         lazy = release.lazy_by_default if release is not None else False
     values = flag_values()
+    try:
+        metrics, dynamic_shapes = backend.metrics(), backend.dynamic_shapes()
+    except Exception as err:  # noqa: BLE001
+        problems.append(f"metrics unavailable: {type(err).__name__}: {err}")
+        metrics, dynamic_shapes = {}, None
     return HPUInfo(
         backend=backend.name,
         is_emulated=backend.is_emulated,
@@ -131,6 +141,8 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
         devices=devices,
         versions=versions,
         flags=[FlagInfo(name, values[name], meaning) for name, meaning in FLAGS.items()],
+        metrics=metrics,
+        dynamic_shapes=dynamic_shapes,
         problems=problems,
         seconds=time.perf_counter() - start,
         release=str(release) if release is not None else None,

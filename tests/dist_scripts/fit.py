@@ -40,8 +40,13 @@ class Model(L.LightningModule):
         self.samples_seen = 0
         self.first_index_sum = 0.0
         self.step_devices: set[str] = set()
+        self.deepspeed_checkpointing = False
 
     def forward(self, x):
+        if self.deepspeed_checkpointing:  # the seed's activation-checkpointing example
+            from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint
+
+            return checkpoint(self.net[2], self.net[1](self.net[0](x)))  # recomputed in backward from a CPU copy
         return self.net(x)
 
     def on_train_start(self) -> None:
@@ -68,6 +73,21 @@ class Model(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
+class WorkerReport(L.Callback):
+    """Each worker process writes worker<rank>.json at the end of training (with spawn, the code after fit() runs only
+    in the launching process)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_end(self, trainer, pl_module):
+        report = {"rank": trainer.global_rank, "pid": os.getpid(), "module_id": os.environ.get("HLS_MODULE_ID"),
+                  "master_port": os.environ.get("MASTER_PORT"), "samples_seen": pl_module.samples_seen,
+                  "device": str(pl_module.device), "global_step": trainer.global_step,
+                  "param_devices": sorted({str(p.device) for p in trainer.strategy.model.parameters()})}
+        (self.out / f"worker{trainer.global_rank}.json").write_text(json.dumps(report))
+
+
 def data(n: int = 64, batch_size: int = 8) -> DataLoader:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, FEATURES, generator=gen)
@@ -76,12 +96,19 @@ def data(n: int = 64, batch_size: int = 8) -> DataLoader:
 
 
 def make_strategy(spec: str):
-    """A registered name, or 'ds:<stage>[:offload]' / 'ds-config:<json path>' / 'fsdp:<full|sharded>'."""
+    """A registered name, or 'ds:<stage>[:offload][:cpu_checkpointing]' / 'ds-config:<json path>' /
+    'fsdp:<full|sharded>[:offload]' /
+    'spawn' (HPUDDPStrategy(start_method="spawn"), as multi-tenant jobs start their workers)."""
+    if spec == "spawn":
+        from hpu_nb import HPUDDPStrategy
+
+        return HPUDDPStrategy(start_method="spawn")
     if spec.startswith("ds:"):
         from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy
 
         parts = spec.split(":")
-        strategy = HPUDeepSpeedStrategy(stage=int(parts[1]), offload_optimizer="offload" in parts)
+        strategy = HPUDeepSpeedStrategy(stage=int(parts[1]), offload_optimizer="offload" in parts,
+                                        cpu_checkpointing="cpu_checkpointing" in parts)
         strategy.config["zero_force_ds_cpu_optimizer"] = False  # SGD with offload: fine for a test model
         return strategy
     if spec.startswith("ds-config:"):
@@ -91,7 +118,8 @@ def make_strategy(spec: str):
     if spec.startswith("fsdp:"):
         from hpu_nb.core.strategies.fsdp import HPUFSDPStrategy
 
-        return HPUFSDPStrategy(state_dict_type=spec.split(":")[1])
+        parts = spec.split(":")
+        return HPUFSDPStrategy(state_dict_type=parts[1], cpu_offload="offload" in parts)
     return spec
 
 
@@ -127,6 +155,7 @@ def main() -> int:
                   out=str(out))
     if "LOCAL_RANK" not in os.environ:  # the process the user started (not one a launcher started)
         Path(out, "launcher.pid").write_text(str(os.getpid()))
+    model.deepspeed_checkpointing = "cpu_checkpointing" in args.strategy
     trainer = L.Trainer(
         accelerator="hpu",
         devices=args.devices,
@@ -138,6 +167,7 @@ def main() -> int:
         enable_model_summary=False,
         logger=False,
         enable_checkpointing=False,
+        callbacks=[WorkerReport(out)],
     )
     start = time.perf_counter()
     trainer.fit(model, data(), ckpt_path=args.resume)
@@ -161,10 +191,15 @@ def main() -> int:
         "master_port": os.environ.get("MASTER_PORT"),
         "fit_seconds": time.perf_counter() - start,
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None) or trainer.optimizers[0]).__name__,
+        "optimizer": type(getattr(trainer.strategy.model, "basic_optimizer", None)
+                          or (trainer.optimizers or [None])[0]).__name__,  # none in a spawn launcher's parent
         "backend": get_backend().name,
         "step_devices": sorted(model.step_devices),
         "habana_calls": _habana_calls(),
+        "module_id": os.environ.get("HLS_MODULE_ID"),
+        "deepspeed_cpu_checkpoint": getattr(
+            sys.modules.get("deepspeed.runtime.activation_checkpointing.checkpointing"), "CPU_CHECKPOINT", None),
+        "visible_modules": os.environ.get("HABANA_VISIBLE_MODULES"),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     if rank == 0:

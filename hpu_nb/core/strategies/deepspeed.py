@@ -22,9 +22,10 @@ from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
+from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
 
 __all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "require_deepspeed"]
@@ -67,6 +68,13 @@ def _validate_deepspeed_precision(precision: Any) -> str:
     return unified
 
 
+def _inference_keys() -> set[str]:
+    """The arguments `deepspeed.init_inference` takes (its config's fields)."""
+    import deepspeed
+
+    return set(deepspeed.default_inference_config())
+
+
 def validate_zero_config(config: dict[str, Any]) -> None:
     """Catch the configurations DeepSpeed would reject late or obscurely: unknown stage, misplaced offload."""
     zero = config.get("zero_optimization")
@@ -98,7 +106,9 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
 
     Takes Lightning's DeepSpeedStrategy arguments (zero_optimization, stage, offload_optimizer, offload_parameters,
     cpu_checkpointing, config, ...). When both the LightningModule and the config define an optimizer (or scheduler),
-    the LightningModule's wins.
+    the LightningModule's wins. Arguments of `deepspeed.init_inference` (dtype, tensor_parallel,
+    replace_with_kernel_inject, injection_policy, ...), given here or in the config, make validate / test / predict
+    run through DeepSpeed's inference engine, as with lightning-habana.
     """
 
     strategy_name = "hpu_deepspeed"
@@ -115,7 +125,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         **kwargs: Any,
     ) -> None:
         require_deepspeed()
-        resolve_start_method(start_method)
+        inference_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in _inference_keys()}
         if isinstance(stage, bool) or stage not in ZERO_STAGES:
             raise MisconfigurationException(
                 f"HPUDeepSpeedStrategy(stage={stage!r}): DeepSpeed ZeRO has stages 0, 1, 2 and 3."
@@ -148,10 +158,11 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             stage=stage,
             offload_optimizer=offload_optimizer,
             offload_parameters=offload_parameters,
+            start_method=start_method,
             **kwargs,
         )
         validate_zero_config(self.config)
-        self._start_method = start_method
+        self.inference_kwargs = inference_kwargs
 
     # -- precision: chosen by hpu_nb's selection hook for Trainer(precision=...) ---------------------------------
     @staticmethod
@@ -159,6 +170,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return HPUDeepSpeedPrecisionPlugin(precision)
 
     # -- a config that enables bf16 / fp16 sets the precision, as in the seed's BF16-optimizer example -------------
+    @override
     def setup(self, trainer: Any) -> None:
         self._adopt_config_precision()
         super().setup(trainer)
@@ -175,21 +187,17 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             self.precision_plugin = HPUDeepSpeedPrecisionPlugin(wanted)
 
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
+    @override
     def setup_environment(self) -> None:
-        from hpu_nb.core.accelerator import HPUAccelerator
-
-        if not isinstance(self.accelerator, HPUAccelerator):
-            raise MisconfigurationException(
-                f"HPUDeepSpeedStrategy runs on HPUAccelerator, not {type(self.accelerator).__name__}:"
-                " use Trainer(accelerator='hpu') or Lightning's DeepSpeedStrategy for CUDA."
-            )
         DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
 
+    @override
     def setup_distributed(self) -> None:
         reset_seed()
         self.set_world_ranks()
         self._init_deepspeed_distributed()
 
+    @override
     def _init_deepspeed_distributed(self) -> None:
         import deepspeed
 
@@ -199,6 +207,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         deepspeed.init_distributed(backend, distributed_port=self.cluster_environment.main_port, timeout=self._timeout)
 
     # -- deepspeed.initialize: each process drives its own card, named by its local rank ------------------------
+    @override
     def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> tuple[Any, Any]:
         import deepspeed
 
@@ -213,11 +222,17 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         )
         return engine, ds_optimizer
 
+    @override
     def _initialize_deepspeed_inference(self, model: Any) -> None:
         import deepspeed
         from lightning.pytorch.strategies.deepspeed import remove_module_hooks
 
         assert isinstance(self.config, dict)
+        inference_only = {key: self.config[key] for key in _inference_keys() & set(self.config)}
+        if self.inference_kwargs or inference_only:  # DeepSpeed's inference engine (tensor parallel, kernels, dtype)
+            remove_module_hooks(model)
+            self.model = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
+            return
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
         for key in ("fp16", "bf16"):
             if key in self.config:
@@ -238,6 +253,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return argparse.Namespace(device_rank=self.local_rank)
 
     # -- optimizers: the LightningModule's win over the config's -------------------------------------------------
+    @override
     def _initialize_deepspeed_train(self, model: Any) -> None:
         assert isinstance(self.config, dict)
         module = self.lightning_module
@@ -259,6 +275,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return bool(schedulers)
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         entries = (
             ("hpu_deepspeed", "DeepSpeed on HPU (ZeRO stage 2)", {}),
@@ -269,6 +286,9 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             ("hpu_deepspeed_stage_3", "DeepSpeed ZeRO stage 3 on HPU", {"stage": 3}),
             ("hpu_deepspeed_stage_3_offload", "DeepSpeed ZeRO stage 3 with CPU optimizer and parameter offload on HPU",
              {"stage": 3, "offload_optimizer": True, "offload_parameters": True}),
+            ("hpu_deepspeed_stage_3_offload_nvme", "DeepSpeed ZeRO-Infinity: stage 3 offloading to NVMe on HPU",
+             {"stage": 3, "offload_optimizer": True, "offload_parameters": True, "remote_device": "nvme",
+              "offload_params_device": "nvme", "offload_optimizer_device": "nvme"}),
         )
         for name, description, init_kwargs in entries:
             strategy_registry.register(name, cls, description=description, override=True, **init_kwargs)

@@ -9,19 +9,27 @@ precision autocasts on the backend's device type instead of "cuda".
 from __future__ import annotations
 
 from collections.abc import Generator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar
 
 import torch
 from lightning.pytorch.plugins.precision.fsdp import FSDPPrecision
 from lightning.pytorch.strategies.fsdp import FSDPStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUParallelMixin, resolve_start_method
+from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import get_backend
 
-__all__ = ["HPUFSDPPrecision", "HPUFSDPStrategy", "check_eager_mode"]
+__all__ = [
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
+    "check_eager_mode",
+    "fsdp_forward_context",
+    "fsdp_mixed_precision_config",
+    "validate_fsdp_precision",
+]
 
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 
@@ -38,28 +46,54 @@ def check_eager_mode() -> None:
         )
 
 
+def validate_fsdp_precision(precision: str | int) -> str:
+    """Lightning's unified name of an FSDP precision on HPU; fp16 needs Gaudi2 or newer (Trainer and Fabric)."""
+    from hpu_nb.core.precision import unify_precision
+
+    unified = unify_precision(precision)
+    if unified not in FSDP_PRECISIONS:
+        raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
+    if unified.startswith("16-"):
+        from hpu_nb.core.accelerator import is_fp16_available
+
+        ok, reason = is_fp16_available()
+        if not ok:
+            raise ValueError(f"precision={precision!r} cannot run here: {reason} Use 'bf16-mixed' instead.")
+    return unified
+
+
+def fsdp_mixed_precision_config(precision: str) -> Any:
+    """FSDP's MixedPrecision for a unified precision, as lightning-habana had it: "-mixed" keeps the parameters in
+    float32 (autocast computes in the lower dtype) and reduces / keeps buffers in the lower dtype; "-true" casts all."""
+    from torch.distributed.fsdp import MixedPrecision
+
+    lower = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32}[precision.split("-")[0]]
+    param_dtype = torch.float32 if precision.endswith("-mixed") else lower
+    return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
+
+
+def fsdp_forward_context(precision: str) -> AbstractContextManager:
+    """Autocast on "hpu" for the "-mixed" precisions; nothing to do for the others (the parameters carry the dtype)."""
+    if precision.endswith("-mixed"):
+        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+        return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
+    return nullcontext()
+
+
 class HPUFSDPPrecision(FSDPPrecision):
-    """FSDP precision for HPU: autocast on "hpu"; fp16 needs Gaudi2 or newer."""
+    """FSDP precision for HPU (Trainer): autocast on "hpu"; fp16 needs Gaudi2 or newer."""
 
     def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
-        from hpu_nb.core.precision import unify_precision
+        super().__init__(validate_fsdp_precision(precision), scaler=scaler)  # type: ignore[arg-type]
 
-        unified = unify_precision(precision)
-        if unified not in FSDP_PRECISIONS:
-            raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
-        if unified.startswith("16-"):
-            from hpu_nb.core.accelerator import is_fp16_available
+    @property
+    @override
+    def mixed_precision_config(self) -> Any:
+        return fsdp_mixed_precision_config(self.precision)
 
-            ok, reason = is_fp16_available()
-            if not ok:
-                raise ValueError(f"precision={precision!r} cannot run here: {reason} Use 'bf16-mixed' instead.")
-        super().__init__(unified, scaler=scaler)  # type: ignore[arg-type]
-
+    @override
     def forward_context(self) -> AbstractContextManager:
-        if "mixed" in self.precision:
-            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
-            return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
-        return super().forward_context()
+        return fsdp_forward_context(self.precision)
 
 
 class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
@@ -72,36 +106,39 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     strategy_name = "hpu_fsdp"
     _registered_strategies: ClassVar[list[str]] = []  # not Lightning's list: its FSDP names are refused off CUDA
 
-    def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_eager_mode()
-        resolve_start_method(start_method)
         super().__init__(*args, **kwargs)
-        self._start_method = start_method
 
     @staticmethod
     def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:
         return HPUFSDPPrecision(precision)
 
     @property
+    @override
     def precision_plugin(self) -> HPUFSDPPrecision:
         plugin = self._precision_plugin
         return plugin if plugin is not None else HPUFSDPPrecision("32-true")  # type: ignore[return-value]
 
     @precision_plugin.setter
+    @override
     def precision_plugin(self, plugin: Any) -> None:
         if plugin is not None and not isinstance(plugin, FSDPPrecision):
             raise TypeError(f"HPUFSDPStrategy works with HPUFSDPPrecision, got {type(plugin).__name__}.")
         self._precision_plugin = plugin
 
+    @override
     def setup_environment(self) -> None:
         check_eager_mode()
         super().setup_environment()
 
+    @override
     def _get_process_group_backend(self) -> str:
         # FSDPStrategy.setup_environment asks for the backend right before init_process_group: prepare HCCL here.
         return self._prepare_hpu_distributed()
 
     # -- FSDP needs the device named explicitly: torch refuses a CPU module without device_id ------------------------
+    @override
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         from lightning.pytorch.strategies.fsdp import _move_torchmetrics_to_device, _setup_activation_checkpointing
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -122,6 +159,7 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         return model
 
     @contextmanager
+    @override
     def model_sharded_context(self) -> Generator[None, None, None]:
         from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
         from torch.distributed.fsdp.wrap import enable_wrap
@@ -137,19 +175,23 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
             yield
 
     # -- full state dicts: FSDP's "offload to CPU" crashes when the device already is the CPU (emulated Gaudi) --------
+    @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().lightning_module_state_dict()
 
+    @override
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().optimizer_state(optimizer)
 
+    @override
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().load_checkpoint(checkpoint_path, weights_only)
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
         if cls.strategy_name not in cls._registered_strategies:

@@ -17,11 +17,36 @@ from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.runtime import get_backend
 
 
-class HPUStepsMixin:
-    """Put before a Lightning Strategy class in the bases: `class S(HPUStepsMixin, SingleDeviceStrategy)`."""
+class HPUAcceleratorOnly:
+    """An HPU strategy refuses any other accelerator (Trainer and Fabric alike), when the connector hands it one."""
 
-    # -- checkpoint IO defaults to HPUCheckpointIO -----------------------------------------------------------------
+    _accelerator: Any
+
     @property
+    @override
+    def accelerator(self) -> Any:
+        return self._accelerator
+
+    @accelerator.setter
+    @override
+    def accelerator(self, accelerator: Any) -> None:
+        from hpu_nb.core.accelerator import HPUAccelerator, NotAnHPUError
+
+        if accelerator is not None and not isinstance(accelerator, HPUAccelerator):
+            raise NotAnHPUError(
+                f"{type(self).__name__} requires HPUAccelerator, got {type(accelerator).__name__}: use"
+                " accelerator='hpu' (or HPUAccelerator()), or a strategy made for that accelerator."
+            )
+        self._accelerator = accelerator
+
+
+class HPUCheckpointIODefault:
+    """Checkpoint IO defaults to HPUCheckpointIO: for Trainer and Fabric strategies alike (one class serves both)."""
+
+    _checkpoint_io: CheckpointIO | None
+
+    @property
+    @override
     def checkpoint_io(self) -> CheckpointIO:
         if self._checkpoint_io is None:
             self._checkpoint_io = HPUCheckpointIO()
@@ -30,8 +55,16 @@ class HPUStepsMixin:
         return self._checkpoint_io
 
     @checkpoint_io.setter
+    @override
     def checkpoint_io(self, io: CheckpointIO | None) -> None:
         self._checkpoint_io = io
+
+
+class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault):
+    """Put before a Lightning (Trainer) Strategy class in the bases: `class S(HPUStepsMixin, SingleDeviceStrategy)`.
+
+    Fabric's strategies have their own hooks for the same placement (hpu_nb.core.fabric.strategies).
+    """
 
     # -- lazy mode cuts the graph where Gaudi needs it (a no-op in eager mode) --------------------------------------
     @override

@@ -1,6 +1,7 @@
 """HPUParallelStrategy / HPUDDPStrategy: one process per Gaudi card, DDP over HCCL.
 
-`HPUParallelMixin` holds what every multi-card HPU strategy (DDP, DeepSpeed, FSDP) adds to its Lightning base:
+`HPUParallelMixin` holds what every multi-card HPU strategy (DDP, DeepSpeed, FSDP; for the Trainer and for Fabric)
+adds to its Lightning base:
 - the process group: HCCL prepared by the runtime (`initialize_distributed_hpu`) before `init_process_group`;
 - HCCL's reduce semantics (sum / min / max, mean = sum / world size), used everywhere so scripts behave alike on
   the emulated Gaudi and on a Gaudi;
@@ -23,8 +24,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.utilities.distributed import _distributed_is_initialized, _init_dist_connection
-from lightning.fabric.utilities.seed import reset_seed
+from lightning.fabric.utilities.distributed import _distributed_is_initialized
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
@@ -36,7 +36,7 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 
-__all__ = ["HPUDDPStrategy", "HPUParallelMixin", "HPUParallelStrategy", "hccl_reduce"]
+__all__ = ["ForkCheckMixin", "HPUDDPStrategy", "HPUParallelMixin", "HPUParallelStrategy", "hccl_reduce"]
 
 START_METHODS = ("popen", "fork", "spawn", "forkserver")
 REDUCE_OPS = ("sum", "min", "max", "mean")
@@ -105,14 +105,24 @@ def resolve_start_method(start_method: str | None) -> str:
     return start_method
 
 
-class HPUMultiProcessingLauncher(_MultiProcessingLauncher):
-    """Lightning's fork/spawn launcher, plus: refuse to fork a Gaudi runtime this process has already opened, and leave
-    no worker behind (interrupted, failed, or the parent killed), with a stuck rank named."""
+class ForkCheckMixin:
+    """For a fork / spawn launcher (Trainer's or Fabric's): refuse to fork a Gaudi runtime this process has opened."""
+
+    _start_method: str
+
+    @override
+    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        if self._start_method in ("fork", "forkserver"):
+            hpu_dist.check_fork_allowed()
+        return super().launch(function, *args, **kwargs)  # type: ignore[misc]
+
+
+class HPUMultiProcessingLauncher(ForkCheckMixin, _MultiProcessingLauncher):
+    """Lightning's fork/spawn launcher for the Trainer, plus: refuse to fork a Gaudi runtime this process has already
+    opened, and leave no worker behind (interrupted, failed, or the parent killed), with a stuck rank named."""
 
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
-        if self._start_method in ("fork", "forkserver"):
-            hpu_dist.check_fork_allowed()
         self._parent_pid = os.getpid()
         self.procs = []  # this launch's workers only: never signal a pid left from an earlier launch
         try:
@@ -283,20 +293,41 @@ class HPUParallelMixin:
         with self._tracked("all_gather"):
             return super().all_gather(*args, **kwargs)  # type: ignore[misc]
 
+    def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
+        """start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork", "spawn"
+        or "forkserver"; checked now, resolved when the launcher is configured."""
+        resolve_start_method(start_method)
+        super().__init__(*args, **kwargs)
+        self._start_method = start_method
+
     # -- devices --------------------------------------------------------------------------------------------------
     @property
+    @override
     def root_device(self) -> torch.device:
         """This process's card: hpu:0 (an `hpu` device without an index is completed, as torch's FSDP needs one)."""
         assert self.parallel_devices is not None, "the strategy has no devices yet (it gets them from the Trainer)"
         device = self.parallel_devices[self.local_rank]  # type: ignore[attr-defined]
         return get_backend().root_device() if device.type == "hpu" else device
 
+    @override
     def determine_ddp_device_ids(self) -> list[int] | None:
         return None  # one card per process: DDP uses the module's device
 
+    @override
+    def _determine_ddp_device_ids(self) -> list[int] | None:  # Fabric's name for the same question
+        return None
+
     # -- process group --------------------------------------------------------------------------------------------
-    def _get_process_group_backend(self) -> str:
+    @property
+    @override
+    def process_group_backend(self) -> str:
+        """"hccl" unless one was given (on the emulated Gaudi, HCCL's semantics over gloo)."""
         return self._process_group_backend or hpu_dist.process_group_backend()  # type: ignore[attr-defined]
+
+    @override
+    def _get_process_group_backend(self) -> str:
+        """Called by Lightning (Trainer and Fabric, DDP and FSDP) right before `init_process_group`: prepare HCCL."""
+        return self._prepare_hpu_distributed()
 
     def _prepare_hpu_distributed(self) -> str:
         """HCCL set-up on a Gaudi (import, initialize_distributed_hpu); returns the process-group backend."""
@@ -308,12 +339,6 @@ class HPUParallelMixin:
         )
         self._process_group_backend = self._process_group_backend or backend  # type: ignore[attr-defined]
         return self._process_group_backend  # type: ignore[attr-defined]
-
-    def _init_hpu_process_group(self) -> None:
-        reset_seed()
-        self.set_world_ranks()  # type: ignore[attr-defined]
-        backend = self._prepare_hpu_distributed()
-        _init_dist_connection(self.cluster_environment, backend, timeout=self._timeout)  # type: ignore[attr-defined]
 
     # -- collectives ----------------------------------------------------------------------------------------------
     @override
@@ -330,8 +355,14 @@ class HPUParallelMixin:
                 return hccl_reduce(tensor, group, reduce_op)
         return tensor
 
+    @override
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:  # Fabric's name
+        return HPUParallelMixin.reduce(self, tensor, group, reduce_op)
+
     # -- launching ------------------------------------------------------------------------------------------------
+    @override
     def _configure_launcher(self) -> None:
+        """Lightning's script launcher (its own process per card), or fork / spawn (a notebook: fork)."""
         assert self.cluster_environment is not None  # type: ignore[attr-defined]
         method = resolve_start_method(self._start_method)
         if not self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
@@ -339,11 +370,19 @@ class HPUParallelMixin:
             # so Lightning picks a free port and jobs sharing the machine do not meet on the same one.
             hpu_dist.release_habana_default_port()
         if method == "popen" or self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
-            self._launcher = HPUSubprocessScriptLauncher(
-                self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
-            )
+            self._launcher = self._script_launcher()
         else:
-            self._launcher = HPUMultiProcessingLauncher(self, start_method=method)  # type: ignore[arg-type]
+            self._launcher = self._process_launcher(method)
+
+    def _script_launcher(self) -> Any:
+        """The launcher that runs the script again per card: the Trainer's (Fabric strategies return Fabric's)."""
+        return HPUSubprocessScriptLauncher(
+            self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
+        )
+
+    def _process_launcher(self, start_method: str) -> Any:
+        """The fork / spawn launcher: the Trainer's (Fabric strategies return Fabric's)."""
+        return HPUMultiProcessingLauncher(self, start_method=start_method)
 
 
 class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
@@ -373,7 +412,6 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
         start_method: str | None = "auto",
         **kwargs: Any,
     ) -> None:
-        resolve_start_method(start_method)  # validate early
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -386,14 +424,12 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
             model_averaging_period=model_averaging_period,
             process_group_backend=process_group_backend,
             timeout=timeout,
+            start_method=start_method,
             **kwargs,
         )
-        self._start_method = start_method
-
-    def setup_distributed(self) -> None:
-        self._init_hpu_process_group()
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from lightning.fabric.utilities.types import _DEVICE
 from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
+from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import get_backend
@@ -33,5 +34,6 @@ class SingleHPUStrategy(HPUStepsMixin, SingleDeviceStrategy):
                          precision_plugin=precision_plugin)
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         strategy_registry.register(cls.strategy_name, cls, description=cls.__name__, override=True)

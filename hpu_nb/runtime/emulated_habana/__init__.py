@@ -10,7 +10,6 @@ call (habana_api.md v2); each says that it is emulated.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -32,7 +31,7 @@ def is_emulated_module(module: Any) -> bool:
     return str(getattr(module, "__file__", "") or "").startswith(str(ROOT))
 
 
-class _TorchHpuLoader(importlib.abc.Loader):
+class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on torch's autoload path)
     """`torch.hpu` is the emulated habana_frameworks.torch.hpu module, as on a Gaudi it is Habana's."""
 
     def create_module(self, spec: Any) -> Any:
@@ -42,7 +41,7 @@ class _TorchHpuLoader(importlib.abc.Loader):
         pass
 
 
-class _EmulatedHabanaFinder(importlib.abc.MetaPathFinder):
+class _EmulatedHabanaFinder:  # a MetaPathFinder, duck-typed
     """Finds the emulated top-level `habana_frameworks` package (its submodules come from its __path__)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:

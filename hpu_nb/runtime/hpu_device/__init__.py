@@ -208,7 +208,7 @@ def _activate() -> None:
     """Everything the emulated Gaudi sets up when first used: its HPU hooks, autocast lists, Habana ops, HCCL."""
     import torch
 
-    from hpu_nb.runtime.hpu_device import autocast, habana_ops, hccl
+    from hpu_nb.runtime.hpu_device import autocast, backward, habana_ops, hccl
 
     if not torch.ops.hpu_emu.activate():
         raise DeviceLoadedTooLateError(
@@ -220,7 +220,5 @@ def _activate() -> None:
     autocast.register(autocast.lists_from_environment())
     habana_ops.register()
     hccl.register()
-    # The emulated card computes on the CPU: run backward on the calling thread, as the CPU does, rather than
-    # handing every backward pass to a device thread (which costs more than a small model's whole backward).
-    torch._C._set_multithreading_enabled(False)
+    backward.install()  # backward on the calling thread, as the CPU's: no device threads, forks keep autograd
     os.register_at_fork(after_in_child=torch.ops.hpu_emu.fresh_card)

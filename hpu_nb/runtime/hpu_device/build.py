@@ -7,16 +7,14 @@ processes starting together (the ranks of a job) build it once: the second waits
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
-import tempfile
-import time
 from pathlib import Path
+
+# fcntl, shutil, subprocess, tempfile and time are imported where a build needs them: torch's autoload imports this
+# module on every `import torch` only to find the built library (benchmarks/bench_autoload.py).
 
 SOURCE = Path(__file__).with_name("hpu_device.cpp")
 CACHE_ENV = "HPU_NB_CACHE_DIR"
@@ -36,6 +34,8 @@ def cache_dir() -> Path:
 
 
 def _compiler() -> str | None:
+    import shutil
+
     for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if candidate and shutil.which(candidate):
             return candidate
@@ -73,6 +73,11 @@ def build(quiet: bool = False) -> Path:
     target = library_path()
     if target.exists():
         return target
+    import fcntl
+    import subprocess
+    import tempfile
+    import time
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same library

@@ -34,6 +34,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -162,6 +163,7 @@ void free_adopted_block(void* ctx) {
 // (when torch is imported); they report an HPU only once the emulated Gaudi is activated, so a process that never
 // uses it sees no accelerator.
 std::atomic<bool> g_active{false};
+std::atomic<c10::DeviceIndex> g_guard_device_count{1};
 
 void check_index(c10::DeviceIndex index) {
   TORCH_CHECK(
@@ -202,8 +204,10 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream exchangeStream(c10::Stream s) const override {
     return c10::Stream(c10::Stream::DEFAULT, kDevice);
   }
+  // One card (torch.hpu.device_count() reports the machine's), except while activate() lets the autograd engine
+  // size its device threads.
   c10::DeviceIndex deviceCount() const noexcept override {
-    return 1;  // this process's card; torch.hpu.device_count() reports the machine's cards
+    return g_guard_device_count.load();
   }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
   void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
@@ -685,8 +689,22 @@ void reset_peak_memory_stats() {
 
 // The emulated Gaudi is in use in this process; returns whether torch consults this library's HPU hooks (it does
 // unless something asked torch about HPUs before the library was loaded).
+//
+// torch's autograd engine starts one worker thread per card, once per process, sized by the guards' deviceCount();
+// once such threads exist, every forked child's backward fails ("bad fork"), and notebooks fork workers
+// (ddp_notebook, DeepSpeed after training in the same kernel). The emulated card computes on the CPU, so its
+// backward runs on the calling thread instead (hpu_device/backward.py): the engine sizes its threads here, while
+// the guard reports no card, and starts none. A process that already ran a backward with this library loaded keeps
+// the threads it has.
 bool activate() {
   g_active = true;
+  g_guard_device_count = 0;
+  try {
+    torch::autograd::Engine::get_default_engine().initialize_device_threads_pool();
+  } catch (const c10::Error&) {
+    // a child forked after another device started autograd threads: its backward passes fail with torch's message
+  }
+  g_guard_device_count = 1;
   return dynamic_cast<const HPUHooks*>(&at::detail::getHPUHooks()) != nullptr;
 }
 

@@ -8,15 +8,16 @@ hpu_nb shows says that the card is emulated, and so does this module's repr.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
 import types
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import torch
 
-from hpu_nb.runtime import hpu_device
+from hpu_nb.runtime import compile_backend, hpu_device
 
 __emulated__ = True
 from habana_frameworks.torch.hpu import metrics  # noqa: E402, F401  (hthpu.metrics.metric_global, as Habana's)
@@ -60,9 +61,32 @@ def is_available() -> bool:
     return True
 
 
+VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"
+
+
+def visible_modules() -> list[int]:
+    """The machine's cards this process may use: all of them, or those HABANA_VISIBLE_MODULES lists (multi-tenancy:
+    each job on a shared machine gets its own cards). A card the machine does not have is a clear error."""
+    machine = hpu_device.card_config().device_count
+    text = os.environ.get(VISIBLE_MODULES_ENV, "").strip()
+    if not text:
+        return list(range(machine))
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{VISIBLE_MODULES_ENV}={text!r} must list card numbers, e.g. '0,1'.") from None
+    bad = [i for i in ids if not 0 <= i < machine]
+    if bad or len(set(ids)) != len(ids):
+        raise ValueError(
+            f"{VISIBLE_MODULES_ENV}={text!r} names {'cards ' + str(bad) if bad else 'a card twice'}, but this emulated"
+            f" machine has cards 0-{machine - 1} (HPU_NB_DEVICE_COUNT sets how many)."
+        )
+    return ids
+
+
 def device_count() -> int:
-    """Cards on this (emulated) machine; reading it acquires no card."""
-    return hpu_device.card_config().device_count
+    """Cards this process may use (see visible_modules); reading it acquires no card."""
+    return len(visible_modules())
 
 
 def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
@@ -286,42 +310,53 @@ def memory_summary(device: _device_t = None) -> str:
     return "\n".join(lines)
 
 
-# -- random numbers: kernels run on the CPU and draw from its generator ----------------------------------------------
-def get_rng_state(device: _device_t = "hpu") -> torch.Tensor:
-    return torch.get_rng_state()
+# -- random numbers (hpu.random, as in Habana's package) -------------------------------------------------------------
+from habana_frameworks.torch.hpu import random  # noqa: E402,F401
+from habana_frameworks.torch.hpu.random import (  # noqa: E402, F401
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 
 
-def set_rng_state(new_state: torch.Tensor, device: _device_t = "hpu") -> None:
-    torch.set_rng_state(new_state)
+# -- dynamic shapes: Habana's switch; on the emulated Gaudi it governs the emulated hpu_backend's recompilations -------
+def enable_dynamic_shape() -> None:
+    compile_backend.set_dynamic_shapes(True)
 
 
-def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state()]
+def disable_dynamic_shape() -> None:
+    compile_backend.set_dynamic_shapes(False)
 
 
-def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
-    for state in new_states:
-        set_rng_state(state)
+def get_dynamic_shape_status() -> bool:
+    return compile_backend.dynamic_shapes_enabled()
 
 
-def manual_seed(seed: int) -> torch.Generator:
-    return torch.manual_seed(seed)
+# -- HPU graphs: in lazy mode only, as in Habana's software (its hpu module imports them only when is_lazy()) --
+_GRAPH_NAMES = ("HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "wrap_in_hpu_graph",
+                "wrap_in_hpu_graph_func")
 
 
-def manual_seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
+def __getattr__(name: str) -> Any:
+    if name in _GRAPH_NAMES:
+        from habana_frameworks.torch.utils.internal import is_lazy
 
+        if not is_lazy():
+            raise AttributeError(
+                f"habana_frameworks.torch.hpu.{name}: HPU graphs run in lazy mode only (as on a Gaudi). Set"
+                " PT_HPU_LAZY_MODE=1 before the first use, or in eager mode compile the model instead:"
+                " torch.compile(model, backend='hpu_backend')."
+            )
+        from habana_frameworks.torch.hpu import graphs
 
-def seed() -> int:
-    return torch.seed()
-
-
-def seed_all() -> None:
-    torch.seed()
-
-
-def initial_seed() -> int:
-    return torch.initial_seed()
+        return getattr(graphs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register_as_torch_hpu(module: Any) -> None:
@@ -332,6 +367,7 @@ def _register_as_torch_hpu(module: Any) -> None:
     if current is not None:
         delattr(torch, "hpu")
     torch._register_device_module("hpu", module)
+
 
 
 hpu = sys.modules[__name__]  # habana_frameworks.torch.hpu.hpu, as in Habana's package

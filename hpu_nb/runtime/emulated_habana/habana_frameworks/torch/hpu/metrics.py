@@ -1,47 +1,102 @@
-"""habana_frameworks.torch.hpu.metrics, emulated: Habana's global metrics, as far as the emulated Gaudi has them.
+"""habana_frameworks.torch.hpu.metrics, emulated: Habana's global metrics, from what the emulated Gaudi does.
 
-As in Habana's module: `metric_global(name)` returns None for a name it does not collect, recipe_cache exists only with
-PT_HPU_ENABLE_CACHE_METRICS=1, and `.stats()` gives (tag, value) pairs with Habana's tags. graph_compilation counts the
-graphs torch.compile(backend="hpu_backend") compiled in this process and the milliseconds it took; the emulated card
-has no CPU fallbacks (every op runs on the CPU's kernels), defragments nothing and caches no recipes, so those stay 0.
+`metric_global(name)` returns None for a name this release does not know, as Habana's does; "recipe_cache" exists only
+with PT_HPU_ENABLE_CACHE_METRICS=1. graph_compilation / recipe_cache count the emulated `hpu_backend`'s work
+(hpu_nb.runtime.compile_backend: torch.compile compilations, recompilations and compiled-graph reuse): the emulated
+card runs everything else eagerly, so it compiles nothing else, falls back to the CPU for nothing and never
+defragments its memory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
-from hpu_nb.runtime.emulated_habana import compile_backend
+from hpu_nb.runtime import compile_backend
 
 __emulated__ = True
-_TRUE = ("y", "yes", "t", "true", "on", "1")
+__all__ = ["metric_global", "metric_localcontext", "metrics_dump"]
+CACHE_METRICS_ENV = "PT_HPU_ENABLE_CACHE_METRICS"
+_TRUE = ("1", "y", "yes", "t", "true", "on")
 
 
-class _GlobalMetric:
-    def __init__(self, name: str) -> None:
+class Metric:
+    """One of Habana's metrics: `name()`, `stats()` -> [(tag, value), ...], `reset()`."""
+
+    def __init__(self, name: str, baseline: Optional[dict[str, Any]] = None) -> None:
         self._name = name
+        self._baseline = baseline or {}
 
     def name(self) -> str:
         return self._name
 
-    def stats(self) -> list[tuple[str, Any]]:
+    def _current(self) -> dict[str, Any]:
+        """The counters under Habana's tags, in Habana's order (bridge: hpu/metrics/metrics.py), and no others."""
+        counted = compile_backend.stats()
         if self._name == "graph_compilation":
-            count, total = compile_backend.COMPILED["graphs"], compile_backend.COMPILED["milliseconds"]
-            return [("TotalNumber", count), ("TotalTime", total), ("AvgTime", total / count if count else 0)]
-        if self._name == "cpu_fallback":
-            return [("TotalNumber", 0), ("FallbackOps", {})]
-        if self._name == "memory_defragmentation":
-            return [("TotalNumber", 0), ("TotalSuccessful", 0), ("AvgTime", 0), ("MaxTime", 0)]
-        return [("TotalHit", 0), ("RecipeHit", {}), ("TotalMiss", 0), ("RecipeMiss", {})]
+            graphs = counted["graph_compilation"]
+            return {tag: graphs[tag] for tag in ("TotalNumber", "TotalTime", "AvgTime")}
+        if self._name == "recipe_cache":  # one recipe per graph: no per-recipe breakdown to give
+            cache = counted["recipe_cache"]
+            return {"TotalHit": cache["TotalHit"], "RecipeHit": {}, "TotalMiss": cache["TotalMiss"], "RecipeMiss": {}}
+        if self._name == "cpu_fallback":  # nothing of the kind happens on the emulated card
+            return {"TotalNumber": 0, "FallbackOps": {}}
+        return {"TotalNumber": 0, "TotalSuccessful": 0, "AvgTime": 0, "MaxTime": 0}
+
+    def stats(self) -> list[tuple[str, Any]]:
+        current = self._current()
+        out = {}
+        for tag, value in current.items():
+            base = self._baseline.get(tag, 0)
+            out[tag] = value - base if isinstance(value, (int, float)) and tag != "AvgTime" else value
+        if "AvgTime" in out and "TotalNumber" in out and "TotalTime" in out:
+            out["AvgTime"] = out["TotalTime"] / out["TotalNumber"] if out["TotalNumber"] else 0
+        return list(out.items())
+
+    def reset(self) -> None:
+        self._baseline = dict(self._current())
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<Metric {self._name} (emulated Gaudi) {dict(self.stats())}>"
 
 
-def _enabled() -> tuple[str, ...]:
+def _known() -> tuple[str, ...]:
     names = ("graph_compilation", "cpu_fallback", "memory_defragmentation")
-    if os.environ.get("PT_HPU_ENABLE_CACHE_METRICS", "").lower() in _TRUE:
+    if os.environ.get(CACHE_METRICS_ENV, "").strip().lower() in _TRUE:
         names += ("recipe_cache",)
     return names
 
 
-def metric_global(name: str) -> Optional[_GlobalMetric]:
-    """The global metric `name`, or None when this process does not collect it (as Habana's returns)."""
-    return _GlobalMetric(name) if name in _enabled() else None
+_globals: dict[str, Metric] = {}
+
+
+def metric_global(name: str) -> Optional[Metric]:
+    """The process-wide metric `name`, or None when this release has no such metric."""
+    if name not in _known():
+        return None
+    return _globals.setdefault(name, Metric(name))
+
+
+@contextlib.contextmanager
+def metric_localcontext(name: str) -> Iterator[Metric]:
+    """A metric that counts only what happens inside the block."""
+    if name not in _known():
+        raise KeyError(f"Metric with given name ({name}) doesn't exist.")
+    metric = Metric(name)
+    metric.reset()
+    yield metric
+
+
+def metrics_dump(file_name: str, format: str = "json") -> None:
+    """Write every global metric to `file_name` (JSON)."""
+    data = [{"metric_name": name, "statistics": dict(metric_global(name).stats())} for name in _known()]
+    with open(file_name, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)

@@ -200,3 +200,63 @@ def manual_seed_all(seed):
     import torch
 
     torch.manual_seed(seed)
+
+
+# -- dynamic shapes (Habana's switch, off by default; PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES at start) ------------------
+_dynamic_shapes = os.environ.get("PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES", "0").lower() in ("1", "true", "on", "yes")
+
+
+@_recorded
+def enable_dynamic_shape():
+    global _dynamic_shapes
+    _dynamic_shapes = True
+
+
+@_recorded
+def disable_dynamic_shape():
+    global _dynamic_shapes
+    _dynamic_shapes = False
+
+
+@_recorded
+def get_dynamic_shape_status():
+    return _dynamic_shapes
+
+
+# -- HPU graphs: in lazy mode only, like Habana's module (it imports .graphs only when is_lazy()). Every call is
+# recorded; the work is done as the emulated device does it (capture records ops, replay re-runs them), so tests on
+# the fake train for real.
+_GRAPH_NAMES = ("HPUGraph", "graph", "make_graphed_callables", "wrap_in_hpu_graph", "ModuleCacher")
+
+
+def _graph_impl():
+    import importlib.util
+    import sys as _sys
+
+    name = "_fake_habana_graph_impl"
+    if name not in _sys.modules:
+        from hpu_nb.runtime.emulated_habana import ROOT
+
+        spec = importlib.util.spec_from_file_location(name, ROOT / "torch" / "hpu" / "graphs.py")
+        module = importlib.util.module_from_spec(spec)
+        _sys.modules[name] = module
+        spec.loader.exec_module(module)
+        module._said = True  # a (fake) Gaudi captures graphs: nothing to say
+    return _sys.modules[name]
+
+
+def __getattr__(name):
+    if name in _GRAPH_NAMES and os.environ.get("PT_HPU_LAZY_MODE", "1").strip() != "0":
+        impl = getattr(_graph_impl(), name)
+        if isinstance(impl, type):
+            class Recorded(impl):
+                def __init__(self, *args, **kwargs):
+                    _STATE.calls.record(f"{__name__}.{name}", args, kwargs)
+                    super().__init__(*args, **kwargs)
+
+            Recorded.__name__ = Recorded.__qualname__ = name
+            return Recorded
+        recorded = _recorded(impl)
+        recorded.__module__ = __name__
+        return recorded
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

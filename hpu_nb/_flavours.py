@@ -1,0 +1,106 @@
+"""hpu_nb.core for the standalone packages (`pytorch_lightning`, `lightning_fabric`), derived from the one source.
+
+`lightning` and `pytorch_lightning` ship the same code as two module trees with separate classes and registries (the
+`lightning` package is generated from `pytorch_lightning` by rewriting its imports). hpu_nb does the same, at import
+time: `hpu_nb._standalone.core.<module>` is `hpu_nb/core/<module>.py` compiled with `lightning.pytorch` read as
+`pytorch_lightning`, `lightning.fabric` as `lightning_fabric` and `hpu_nb.core` as `hpu_nb._standalone.core`. So every
+HPU piece is written once; the standalone flavour is only ever a mechanical translation of it (line numbers, and so
+tracebacks, point at the real file).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+STANDALONE = "hpu_nb._standalone"
+TRANSLATED = "hpu_nb.core"  # the tree that imports Lightning; everything else (runtime, traces) is shared
+
+_RULES = (  # (pattern, replacement, flags); compiled on first translation, not on `import torch`
+    (r"\blightning\.pytorch\b", "pytorch_lightning", 0),
+    (r"\blightning\.fabric\b", "lightning_fabric", 0),
+    (r"\bhpu_nb\.core\b", f"{STANDALONE}.core", 0),
+    (r"^(\s*)import lightning$", r"\1import pytorch_lightning as lightning", re.MULTILINE),
+)
+
+
+def translate(source: str) -> str:
+    """The standalone-package reading of a module written against `lightning` (same lines, other names)."""
+    for pattern, replacement, flags in _RULES:
+        source = re.sub(pattern, replacement, source, flags=flags)
+    return source
+
+
+def _source_path(relative: str) -> tuple[Path, bool] | None:
+    """(file, is_package) of hpu_nb's module `relative` ("core.strategies.single"), found without importing it."""
+    base = PACKAGE_ROOT.joinpath(*relative.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py", True
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py"), False
+    return None
+
+
+class _TranslatingLoader:  # a Loader, duck-typed: importlib.abc costs ms on the autoload path
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        code = compile(translate(self.path.read_text(encoding="utf-8")), str(self.path), "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # noqa: S102 - our own source, translated
+
+    def get_source(self, fullname: str) -> str:
+        return translate(self.path.read_text(encoding="utf-8"))
+
+
+class _StandaloneFinder:  # a MetaPathFinder, duck-typed
+    """Finds `hpu_nb._standalone` and `hpu_nb._standalone.core.*` (the translated modules)."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname == STANDALONE:
+            return importlib.util.spec_from_loader(fullname, loader=_NamespaceLoader(), is_package=True)
+        if not fullname.startswith(f"{STANDALONE}.core"):
+            return None
+        relative = fullname[len(STANDALONE) + 1:]
+        found = _source_path(relative)
+        if found is None:
+            return None
+        file, is_package = found
+        spec = importlib.util.spec_from_file_location(
+            fullname, file, loader=_TranslatingLoader(file),
+            submodule_search_locations=[str(file.parent)] if is_package else None,
+        )
+        return spec
+
+
+class _NamespaceLoader:  # a Loader, duck-typed
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        module.__path__ = []
+        module.__doc__ = "hpu_nb.core translated for the standalone pytorch_lightning / lightning_fabric packages."
+
+
+_FINDER = _StandaloneFinder()
+
+
+def install() -> None:
+    """Make `hpu_nb._standalone.*` importable (cheap, idempotent)."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def core_module(flavour: str, name: str) -> Any:
+    """`hpu_nb.core.<name>` for flavour "lightning", or its translation for "standalone"."""
+    install()
+    prefix = TRANSLATED if flavour == "lightning" else f"{STANDALONE}.core"
+    return importlib.import_module(f"{prefix}.{name}" if name else prefix)

@@ -1,0 +1,140 @@
+"""Fabric's HPU strategies: thin adapters of the pieces the Trainer's strategies use.
+
+Fabric has strategy classes of its own (`lightning.fabric.strategies`), so each HPU strategy needs a Fabric class; what
+they do is written once and shared with the Trainer's: the card (`HPUParallelMixin.root_device`), HCCL set-up and
+reduce semantics, the launcher choice (script / fork in a notebook / spawn) and its fork check (`HPUParallelMixin`),
+HPUCheckpointIO by default (`HPUCheckpointIODefault`), FSDP's eager-mode rule and precision (strategies/fsdp.py).
+The one Fabric-specific thing is where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_step`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.fabric.strategies.ddp import DDPStrategy
+from lightning.fabric.strategies.fsdp import FSDPStrategy
+from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+from lightning.fabric.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+from lightning.fabric.strategies.single_device import SingleDeviceStrategy
+from lightning.fabric.utilities.types import _DEVICE
+from typing_extensions import override
+
+from hpu_nb.core.fabric.precision import HPUFSDPPrecision
+from hpu_nb.core.strategies.fsdp import check_eager_mode
+from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
+from hpu_nb.core.strategies.parallel import ForkCheckMixin, HPUParallelMixin
+from hpu_nb.runtime import get_backend
+
+__all__ = ["HPUDDPStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
+
+
+class _FabricMultiProcessingLauncher(ForkCheckMixin, _MultiProcessingLauncher):
+    """Fabric's fork/spawn launcher, with the Gaudi fork check."""
+
+
+class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault):
+    """Lazy mode cuts the graph after backward and after the optimizer step (a no-op in eager mode)."""
+
+    @override
+    def backward(self, tensor: torch.Tensor, module: Any, *args: Any, **kwargs: Any) -> None:
+        super().backward(tensor, module, *args, **kwargs)  # type: ignore[misc]
+        get_backend().mark_step()
+
+    @override
+    def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
+        output = super().optimizer_step(optimizer, **kwargs)  # type: ignore[misc]
+        get_backend().mark_step()
+        return output
+
+
+class _FabricLaunchers:
+    """Fabric's launchers for HPUParallelMixin._configure_launcher (put before the mixin in the bases)."""
+
+    @override
+    def _script_launcher(self) -> Any:
+        return _SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)  # type: ignore
+
+    @override
+    def _process_launcher(self, start_method: str) -> Any:
+        return _FabricMultiProcessingLauncher(self, start_method=start_method)
+
+
+def _register(cls: type, registry: Any, *names: str) -> None:
+    for name in names:
+        registry.register(name, cls, description=(cls.__doc__ or cls.__name__).splitlines()[0], override=True)
+
+
+class SingleHPUStrategy(_FabricHPUSteps, SingleDeviceStrategy):
+    """Fabric on one HPU: `Fabric(accelerator="hpu", devices=1)`, or `strategy="single_hpu"`."""
+
+    strategy_name = "single_hpu"
+
+    def __init__(self, device: _DEVICE | None = "hpu", accelerator: Any = None, checkpoint_io: Any = None,
+                 precision: Any = None) -> None:
+        if device is None or str(device) == "hpu":  # what Gaudi users write: this process's card, hpu:0
+            device = get_backend().root_device()
+        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        _register(cls, strategy_registry, cls.strategy_name, "hpu_single")  # the plugin's Fabric name, the Trainer's
+
+
+class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, DDPStrategy):
+    """Fabric DDP across Gaudi cards over HCCL: `Fabric(accelerator="hpu", devices=N)`, or `strategy="hpu_parallel"`.
+
+    start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
+    """
+
+    strategy_name = "hpu_parallel"  # Lightning's DDPStrategy arguments; start_method is HPUParallelMixin's
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        _register(cls, strategy_registry, cls.strategy_name)
+
+
+class HPUDDPStrategy(HPUParallelStrategy):
+    """The same strategy under the name DDP users look for: `Fabric(accelerator="hpu", strategy="hpu_ddp")`."""
+
+    strategy_name = "hpu_ddp"
+
+
+class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, HPUAcceleratorOnly, FSDPStrategy):
+    """Fabric FSDP on HPU (eager mode): Lightning's FSDPStrategy arguments, `precision=HPUFSDPPrecision(...)`."""
+
+    strategy_name = "hpu_fsdp"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_eager_mode()
+        if kwargs.get("precision") is not None:
+            kwargs["precision"] = HPUFSDPPrecision.from_plugin(kwargs["precision"])
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:
+        """What `Fabric(precision=...)` means with this strategy (chosen by hpu_nb's connector hook)."""
+        return HPUFSDPPrecision(precision)
+
+    @property
+    @override
+    def precision(self) -> HPUFSDPPrecision:
+        plugin = self._precision
+        return plugin if plugin is not None else HPUFSDPPrecision("32-true")  # type: ignore[return-value]
+
+    @precision.setter
+    @override
+    def precision(self, precision: Any) -> None:
+        self._precision = None if precision is None else HPUFSDPPrecision.from_plugin(precision)
+
+    @override
+    def setup_environment(self) -> None:
+        check_eager_mode()
+        super().setup_environment()
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        _register(cls, strategy_registry, cls.strategy_name)

@@ -1,0 +1,30 @@
+"""hpu_nb's Fabric pieces for the standalone `lightning_fabric` package: `from hpu_nb.lightning_fabric import ...`.
+
+The same code as `hpu_nb.fabric` (hpu_nb.core.fabric), translated onto lightning_fabric's classes (hpu_nb/_flavours.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NAMES = (  # served by __getattr__: importing them here would load Lightning
+    "HPUAccelerator",
+    "HPUCheckpointIO",
+    "HPUDDPStrategy",
+    "HPUFSDPPrecision",
+    "HPUFSDPStrategy",
+    "HPUParallelStrategy",
+    "HPUPrecision",
+    "SingleHPUStrategy",
+)
+__all__ = list(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from hpu_nb import _flavours
+
+    value = getattr(_flavours.core_module("standalone", "fabric"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,127 @@
+"""Train a small model with Lightning Fabric on the (emulated or fake) Gaudi; run by the tests as a script.
+
+Each rank writes <out>/rank<N>.json (what it saw). Usage:
+  python fabric_fit.py --out DIR [--devices 2] [--strategy auto|hpu_ddp|hpu_fsdp|single_hpu] [--precision P]
+                       [--package lightning|standalone] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+FEATURES = 16
+
+
+def make_fabric(args: argparse.Namespace):
+    if args.package == "standalone":
+        from lightning_fabric import Fabric
+
+        import hpu_nb.lightning_fabric as hpu_fabric
+    else:
+        from lightning.fabric import Fabric
+
+        import hpu_nb.fabric as hpu_fabric
+    strategy = args.strategy
+    if strategy == "hpu_fsdp":
+        from torch.distributed.fsdp.wrap import always_wrap_policy
+
+        strategy = hpu_fabric.HPUFSDPStrategy(
+            auto_wrap_policy=always_wrap_policy, precision=hpu_fabric.HPUFSDPPrecision(args.precision or "32-true")
+        )
+        return Fabric(accelerator="hpu", devices=args.devices, strategy=strategy)
+    return Fabric(accelerator="hpu", devices=args.devices, strategy=strategy, precision=args.precision)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--package", default="lightning")
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    fabric = make_fabric(args)
+    fabric.launch()
+    fabric.seed_everything(7)
+    with fabric.init_module():
+        model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    if "fsdp" in type(fabric.strategy).__name__.lower():
+        model = fabric.setup_module(model)
+        optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.05))
+    else:
+        model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, FEATURES, generator=gen)
+    y = x[:, :1] * 2.0 - x[:, 1:2]
+    loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8))
+
+    losses, batch_devices, seen, output_dtypes = [], set(), 0, set()
+    for step, (xb, yb) in zip(range(args.steps), loader):
+        batch_devices.add(str(xb.device))
+        seen += xb.shape[0]
+        out_b = model(xb)
+        output_dtypes.add(str(out_b.dtype))
+        loss = torch.nn.functional.mse_loss(out_b.float(), yb)
+        optimizer.zero_grad()
+        fabric.backward(loss)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+
+    rank_sum = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
+    mean_loss = fabric.all_reduce(torch.tensor(losses[-1]), reduce_op="mean")
+    params = {}
+    fsdp = None
+    if "fsdp" in type(fabric.strategy).__name__.lower():
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        wrapped = [m for m in model.modules() if isinstance(m, FullyShardedDataParallel)]
+        mp = wrapped[0].mixed_precision
+        fsdp = {
+            "wrapped": len(wrapped),
+            "param_dtype": str(mp.param_dtype), "reduce_dtype": str(mp.reduce_dtype),
+            "buffer_dtype": str(mp.buffer_dtype),
+            "local_numel": sum(p.numel() for p in model.parameters()),
+            "param_device": str(next(model.parameters()).device),
+        }
+    else:
+        params = {k: v.detach().cpu().flatten()[:4].tolist() for k, v in model.state_dict().items()}
+
+    fake = sys.modules.get("habana_frameworks._fake")
+    report = {
+        "rank": fabric.global_rank,
+        "world_size": fabric.world_size,
+        "strategy": type(fabric.strategy).__name__,
+        "strategy_module": type(fabric.strategy).__module__,
+        "accelerator": type(fabric.accelerator).__name__,
+        "precision": type(fabric.strategy.precision).__name__,
+        "device": str(fabric.device),
+        "batch_devices": sorted(batch_devices),
+        "output_dtypes": sorted(output_dtypes),
+        "samples_seen": seen,
+        "losses": losses,
+        "rank_sum": float(rank_sum),
+        "mean_loss": float(mean_loss),
+        "process_group_backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+        "params": params,
+        "fsdp": fsdp,
+        "pid": os.getpid(),
+        "habana_calls": {n: fake.STATE.calls.count(n) for n in ("mark_step", "initialize_distributed_hpu")}
+        if fake is not None else {},
+    }
+    (out / f"rank{fabric.global_rank}.json").write_text(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
