@@ -71,7 +71,9 @@ def _clean_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fp8_measurements(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Measurements of LinearModel(FEATURES) for the fp8-quantize combinations: the generated fp8-measure code,
-    run with trainer.predict in another process (measure and quantize never share a process, as on a Gaudi)."""
+    run with trainer.predict in another process (measure and quantize never share a process, as on a Gaudi).
+    Measured twice, as Intel Neural Compressor names the files: in a plain process (no rank suffix), and as the one
+    worker torchrun starts for devices=1 (LOCAL_RANK=0, WORLD_SIZE=1: `_0_1`), where the 1-card runs quantize."""
     path = str(tmp_path_factory.mktemp("fp8") / "fp8_data")
     cfg = TrainerConfig(precision="fp8-measure", fp8_data_path=path, extra=dict(QUIET))
     script = "\n".join([
@@ -80,9 +82,12 @@ def fp8_measurements(tmp_path_factory: pytest.TempPathFactory) -> str:
         cfg.code,
         f"trainer.predict(model, regression_data(n=16, features={FEATURES}))",
     ])
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=_clean_env(), capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    for launcher_env in ({}, {"LOCAL_RANK": "0", "WORLD_SIZE": "1"}):
+        done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**_clean_env(), **launcher_env},
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+    written = sorted(p.name for p in (Path(path) / "inc_output").glob("measure_hooks_maxabs*.json"))
+    assert written == ["measure_hooks_maxabs.json", "measure_hooks_maxabs_0_1.json"], written
     return path
 
 
