@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from hpu_nb import HPUGraphMetrics
 from hpu_nb.runtime import compile_backend, get_backend
+from hpu_nb.notebook.info import render_html, render_text
 from hpu_nb.runtime.info import collect_info
 
 
@@ -144,23 +145,35 @@ def test_compilations_are_logged_per_epoch(fresh_compiler, monkeypatch):
     assert trainer.callback_metrics["hpu/graph_compilations"] == 0  # the last epoch's figure, logged
 
 
+def text_row(text: str, name: str) -> str:
+    """The value of %hpu_info's plain-text row `name`."""
+    return next(line.strip()[len(name):].strip() for line in text.splitlines() if line.strip().startswith(name))
+
+
 def test_hpu_info_carries_the_metrics(fresh_compiler):
     compile_and_run([2, 3])
     info = collect_info()
     assert info.metrics["graph_compilation"]["TotalNumber"] == 2
     assert list(info.metrics["graph_compilation"]) == ["TotalNumber", "TotalTime", "AvgTime"]  # Habana's tags only
     assert info.dynamic_shapes is False and "recipe_cache" not in info.metrics
+    gc = info.metrics["graph_compilation"]
+    shown = f"TotalNumber 2, TotalTime {gc['TotalTime']}, AvgTime {gc['AvgTime']}"
+    text, page = render_text(info), render_html(info)
+    assert text_row(text, "graph_compilation") == shown and text_row(text, "dynamic shapes") == "off"
+    assert f"<td><b>graph_compilation</b></td><td>{shown}</td>" in page and "<h4>Metrics</h4>" in page
 
 
 def test_on_the_fake_gaudi_the_metrics_are_habana_s(make_fake_gaudi):
     fake = make_fake_gaudi()
-    fake.set_metric("graph_compilation", TotalNumber=12, TotalTime=3400)
+    fake.set_metric("graph_compilation", TotalNumber=12, TotalTime=3400, AvgTime=3400 / 12)
     info = collect_info()
-    assert info.metrics["graph_compilation"] == {"TotalNumber": 12, "TotalTime": 3400}
+    assert info.metrics["graph_compilation"] == {"TotalNumber": 12, "TotalTime": 3400, "AvgTime": 3400 / 12}
     import habana_frameworks.torch.hpu as hthpu
 
     hthpu.enable_dynamic_shape()
     assert collect_info().dynamic_shapes is True and fake.calls.count("enable_dynamic_shape") == 1
+    row = text_row(render_text(collect_info()), "graph_compilation")
+    assert row == f"TotalNumber 12, TotalTime 3400, AvgTime {3400 / 12}"
 
 
 def test_the_environment_switch_is_read_by_a_new_process():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hpu_nb.core.oplists import OpListError
+from hpu_nb.runtime import get_backend
 from hpu_nb.core.precision import (
     HPUPrecisionPlugin,
     UnsupportedPrecisionError,
@@ -42,9 +43,39 @@ def test_other_precisions_list_the_choices(bad) -> None:
         HPUPrecisionPlugin(precision=bad)
 
 
-def test_bare_16_is_refused_as_ambiguous() -> None:
-    with pytest.raises(ValueError, match="bf16-mixed.*16-mixed"):
-        HPUPrecisionPlugin(precision=16)
+def test_16_means_16_mixed_for_the_plugin_as_for_the_trainer() -> None:
+    """precision=16 is Lightning's shorthand for "16-mixed" (float16): the plugin reads it the same way, and says
+    that Habana's HMP meant bfloat16 by it."""
+    with pytest.warns(UserWarning, match="means '16-mixed'.*use 'bf16-mixed'"):
+        plugin = HPUPrecisionPlugin(precision=16)
+    trainer = L.Trainer(accelerator="hpu", devices=1, precision=16, logger=False, enable_progress_bar=False)
+    assert plugin.precision == trainer.precision_plugin.precision == "16-mixed"
+    with plugin.forward_context():
+        assert torch.nn.Linear(4, 2).to("hpu")(torch.ones(1, 4, device="hpu")).dtype == torch.float16
+
+
+def test_default_precision_is_32_true_and_fp8_flags_say_what_runs() -> None:
+    """As lightning-habana's plugin and Lightning's Precision: no argument is full precision. Its
+    fp8_training_available / fp8_inference_available flags are set for "fp8" only."""
+    plugin = HPUPrecisionPlugin()
+    assert plugin.precision == "32-true"
+    with plugin.forward_context():
+        assert torch.nn.Linear(4, 2).to("hpu")(torch.ones(1, 4, device="hpu")).dtype == torch.float32
+    assert (plugin.fp8_training_available, plugin.fp8_inference_available) == (False, False)
+    fp8 = HPUPrecisionPlugin("fp8")
+    assert (fp8.fp8_training_available, fp8.fp8_inference_available) == (True, True)  # emulated Gaudi2
+
+
+def test_fp8_inference_flag_follows_intel_neural_compressor_on_a_gaudi(make_fake_gaudi, monkeypatch) -> None:  # noqa: F811
+    """On a Gaudi, fp8 inference runs through Intel Neural Compressor: without it, the flag says so."""
+    from hpu_nb.runtime import habana_fp8
+
+    make_fake_gaudi()
+    monkeypatch.setattr(habana_fp8, "inc_available", lambda: False)
+    plugin = HPUPrecisionPlugin("fp8")
+    assert (plugin.fp8_training_available, plugin.fp8_inference_available) == (True, False)
+    ok, reason = get_backend().fp8_engine().inference_support()
+    assert not ok and "neural-compressor" in reason
 
 
 def test_trainer_bf16_mixed_gets_the_plugin_and_linear_runs_in_bf16() -> None:

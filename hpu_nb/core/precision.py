@@ -37,8 +37,7 @@ __all__ = [
 ]
 
 # What users may write -> Lightning's unified name: the one table for every HPU precision plugin. "16" is Lightning's
-# shorthand for "16-mixed"; HPUPrecisionPlugin refuses it as ambiguous (HMP meant bfloat16 by it): see
-# validate_precision.
+# shorthand for "16-mixed", with a warning (HMP meant bfloat16 by it): see validate_precision.
 PRECISION_ALIASES = {
     "32-true": "32-true",
     "32": "32-true",
@@ -74,10 +73,10 @@ def validate_precision(precision: Any, *, check_device: bool = True) -> str:
     With `check_device`, "16-mixed" and "fp8" raise UnsupportedPrecisionError on a first-generation Gaudi.
     """
     text = str(precision).strip() if isinstance(precision, (str, int)) and not isinstance(precision, bool) else None
-    if text in ("16", "16-true"):
-        raise ValueError(
-            f"precision={precision!r} is ambiguous on HPU: older Lightning/HMP meant bfloat16 by 16. "
-            "Use 'bf16-mixed' for bfloat16 or '16-mixed' for float16 (Gaudi2 and newer)."
+    if text == "16":  # what Trainer(precision=16) means too: Lightning's historical shorthand for "16-mixed"
+        rank_zero_warn(
+            f"precision={precision!r} means '16-mixed' (float16), as in Lightning; Habana's HMP meant bfloat16 by 16:"
+            " for that, use 'bf16-mixed'."
         )
     unified = unify_precision(precision)
     if unified not in PLUGIN_PRECISIONS:
@@ -151,7 +150,7 @@ class HPUPrecisionPlugin(Precision):
 
     def __init__(
         self,
-        precision: Union[str, int] = "bf16-mixed",
+        precision: Union[str, int] = "32-true",
         device: str = "hpu",
         recipe: Any = None,
         replace_layers: bool = False,
@@ -187,6 +186,10 @@ class HPUPrecisionPlugin(Precision):
         self.recipe = recipe if self.precision == "fp8" else None
         self.replace_layers = bool(replace_layers) and self.precision == "fp8"
         self._measuring: list[weakref.ref] = []  # models in fp8 measurement mode, written at teardown
+        # lightning-habana's flags: what this plugin can do with fp8 here (both False for other precisions)
+        fp8 = self.precision == "fp8"
+        self.fp8_training_available = fp8  # validate_precision refused fp8 where it cannot train
+        self.fp8_inference_available = fp8 and get_backend().fp8_engine().inference_support()[0]
 
     def _use_op_lists(self) -> None:
         """Make the given lists the device's (process-wide, as on a Gaudi); refuse where they cannot take effect."""

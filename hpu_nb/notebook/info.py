@@ -65,7 +65,19 @@ def _summary_rows(info: HPUInfo) -> list[tuple[str, str]]:
         ("fp8", "available" if fp8 else f"no — {fp8_why}"),
         ("autocast device_type", info.autocast_device_type),
         ("distributed backend", info.dist_backend),
+        ("dynamic shapes", {True: "on", False: "off", None: "unknown"}[info.dynamic_shapes]),
     ]
+
+
+def metric_rows(info: HPUInfo) -> list[tuple[str, str]]:
+    """Habana's global metrics, one row per metric ("graph_compilation": "TotalNumber 3, TotalTime 1200, ..."),
+    per-recipe tables shown by their size."""
+    rows = []
+    for name, tags in sorted(info.metrics.items()):
+        shown = [f"{tag} {len(value)} entries" if isinstance(value, dict) else f"{tag} {value}"
+                 for tag, value in tags.items()]
+        rows.append((name, ", ".join(shown) or "none"))
+    return rows
 
 
 def device_rows(info: HPUInfo) -> tuple[list[tuple[str, Any]], int]:
@@ -115,6 +127,9 @@ def render_text(info: HPUInfo) -> str:
         )
     if hidden:
         lines.append(f"  {_not_shown(hidden)}")
+    if info.metrics:
+        lines += ["", "Metrics (Habana's global metrics):"]
+        lines += [f"  {k:<{width}}  {v}" for k, v in metric_rows(info)]
     lines += ["", "Versions:"]
     lines += [f"  {k:<{width}}  {v}" for k, v in _version_rows(info)]
     lines += ["", "Environment flags (set):"]
@@ -172,6 +187,8 @@ def render_html(info: HPUInfo) -> str:
     if hidden:
         parts.append(f'<tr><td colspan="9" class="muted">{html.escape(_not_shown(hidden))}</td></tr>')
     parts.append("</table>")
+    if info.metrics:
+        parts += ["<h4>Metrics</h4>", _table(metric_rows(info))]
     parts += ["<h4>Versions</h4>", _table(_version_rows(info))]
     header = "<tr><th>flag</th><th>value</th><th>what it does</th></tr>"
 

@@ -80,6 +80,12 @@ class HabanaFp8Engine(Fp8Engine):
 
     name = "Habana transformer engine + Intel Neural Compressor"
 
+    def inference_support(self) -> tuple[bool, str]:
+        # lightning-habana's rule: Intel Neural Compressor installed (fp8 inference through it needs release 1.17+)
+        if not inc_available():
+            return False, "Intel Neural Compressor is not installed (pip install neural-compressor)"
+        return True, ""
+
     # -- training
     def is_fp8_layer(self, module: Any) -> bool:
         return is_te_module(module)

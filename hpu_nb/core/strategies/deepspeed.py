@@ -1,7 +1,8 @@
 """HPUDeepSpeedStrategy and HPUDeepSpeedPrecisionPlugin: DeepSpeed ZeRO on Gaudi (and on the emulated Gaudi).
 
 On a Gaudi this drives Habana's DeepSpeed fork over HCCL (with DEEPSPEED_USE_HPU / PT_HPU_LAZY_ACC_PAR_MODE=0 set
-before DeepSpeed is imported); on the emulated Gaudi, upstream DeepSpeed with its CPU accelerator over gloo.
+before DeepSpeed is imported); on the emulated Gaudi, DeepSpeed's same HPU accelerator on the emulated `hpu` device
+and HCCL.
 Lightning's DeepSpeedStrategy does the ZeRO work; this subclass drops its "CUDA only" check, sets up the device
 side, validates configurations up front, and lets the LightningModule's optimizer win over the config's.
 DeepSpeed is optional (`pip install 'hpu_nb[deepspeed]'`) and only imported when a strategy is created.

@@ -60,6 +60,10 @@ class Fp8Engine(ABC):
         """Run `model`'s measured layers in fp8 from `measurements` (a measurement document; None when the engine
         reads the files itself); returns the model to run."""
 
+    def inference_support(self) -> tuple[bool, str]:
+        """(available, reason): whether fp8 inference (measure, then quantize) can run with this engine."""
+        return True, ""
+
     @property
     def reads_measurements_itself(self) -> bool:
         """Whether quantize() finds the measurement files on its own (INC does) rather than being handed them."""
