@@ -98,6 +98,15 @@ def test_hpu_is_available_and_device_count_acquire_no_card(fake_gaudi):
     assert not hthpu().is_initialized() and fake_gaudi.acquisitions() == []
 
 
+def test_hpu_torch_knows_the_accelerator_from_import_without_a_card(fake_gaudi):
+    """Habana's HPU hooks answer hasHPU() true once its library is loaded (HPUHooksInterface.cpp), so torch's
+    accelerator is hpu with no card acquired: Lightning's DDP passes device_id=hpu:0 to init_process_group."""
+    out = run_python(fake_gaudi, "import torch, habana_frameworks.torch, habana_frameworks.torch.hpu as h;"
+                                 " print(torch.accelerator.current_accelerator(), h.is_initialized())")
+    assert out.split() == ["hpu", "False"]
+    assert fake_gaudi.acquisitions() == []
+
+
 @pytest.mark.parametrize("call", ["get_device_name", "current_device", "synchronize", "memory_stats", "mem_get_info"])
 def test_hpu_get_device_name_and_most_calls_acquire_a_card(make_fake_gaudi, call):
     fake = make_fake_gaudi(device_name="GAUDI3", device_count=4)

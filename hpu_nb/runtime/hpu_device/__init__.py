@@ -156,6 +156,18 @@ def load(config: CardConfig | None = None) -> CardConfig:
         return _config
 
 
+def announce() -> bool:
+    """Have torch know the `hpu` device from now (torch.accelerator is hpu), configuring and using nothing: what
+    loading Habana's library does on a Gaudi (its HPU hooks always answer hasHPU). For the test fake of a Gaudi;
+    the emulated Gaudi announces itself when first used (load). False when the library is not built."""
+    import torch
+
+    if not load_library_if_built():
+        return False
+    torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
+    return True
+
+
 def configure(config: CardConfig) -> None:
     """Set the card's Limit and name (what a different emulated machine would have); counters are kept."""
     global _config
