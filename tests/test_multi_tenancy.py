@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from hpu_nb import HPUAccelerator, HPUDDPStrategy
 from hpu_nb.runtime import get_backend
+from tests.fake_habana.fixture import make_fake_gaudi  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = ROOT / "tests" / "dist_scripts" / "fit.py"
@@ -56,8 +57,18 @@ def test_two_tenants_train_at_the_same_time_on_their_own_cards(tmp_path):
 def test_a_tenant_asking_for_more_cards_than_it_was_given_fails_clearly(monkeypatch):
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "0,1")
     assert get_backend().device_count() == 2 and HPUAccelerator.auto_device_count() == 2
-    with pytest.raises(MisconfigurationException, match=r"asks for 4 HPUs but only 2.*HABANA_VISIBLE_MODULES=0,1"):
+    with pytest.raises(MisconfigurationException, match=r"asks for 4 HPUs but only 2.*HABANA_VISIBLE_MODULES=0,1")\
+            as refused:
         L.Trainer(accelerator=HPUAccelerator(), devices=4, strategy=HPUDDPStrategy(start_method="spawn"))
+    # the hint names the tenant's variable, not the emulation's card count (which the tenant does not control)
+    assert "list more there" in str(refused.value) and "HPU_NB_DEVICE_COUNT" not in str(refused.value)
+
+
+def test_on_a_gaudi_a_tenant_is_pointed_at_its_visible_modules(make_fake_gaudi, monkeypatch):  # noqa: F811
+    make_fake_gaudi(device_count=8)
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "2,3")
+    with pytest.raises(MisconfigurationException, match=r"asks for 3 HPUs but only 2.*list more there"):
+        HPUAccelerator.parse_devices(3)
 
 
 def test_visible_modules_must_exist_on_the_machine(monkeypatch):

@@ -152,7 +152,7 @@ def _parse_hpus(devices: Any) -> int:
         raise MisconfigurationException(f"`devices={devices!r}`: the number of HPUs must be at least 1 (or 'auto').")
     if count > available:
         backend = get_backend()
-        hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
+        hint = backend.more_cards_hint()
         raise MisconfigurationException(
             f"`devices={devices!r}` asks for {count} HPUs but only {available} are available "
             f"({backend.describe()}).{hint}"
@@ -171,7 +171,7 @@ def _check_hpu_indices(devices: list[Any] | tuple[Any, ...], available: int) -> 
     backend = get_backend()
     out_of_range = sorted({d for d in devices if not 0 <= d < available})
     if out_of_range:
-        hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
+        hint = backend.more_cards_hint()
         raise MisconfigurationException(
             f"`devices={list(devices)!r}` names HPU {', '.join(map(str, out_of_range))}, but the valid indices are"
             f" 0..{available - 1} ({available} card(s), {backend.describe()}).{hint}"

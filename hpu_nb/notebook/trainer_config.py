@@ -191,7 +191,7 @@ class TrainerConfig:
             return
         available = backend.device_count()
         if self.devices > available:
-            hint = " Set HPU_NB_DEVICE_COUNT to emulate more cards." if backend.is_emulated else ""
+            hint = backend.more_cards_hint()
             err("devices", f"{self.devices} devices asked for, but only {available} are available "
                            f"({backend.describe()}).{hint}")
 

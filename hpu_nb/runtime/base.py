@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from hpu_nb.runtime.generations import FP32_LIST_ENV, LOWER_LIST_ENV, Generation, Release
+from hpu_nb.runtime.env import VISIBLE_MODULES_ENV, visible_modules
 
 MEMORY_STAT_KEYS = (
     "Limit",
@@ -196,6 +197,12 @@ class DeviceBackend(ABC):
             return bool(status()) if callable(status) else None
         except Exception:  # noqa: BLE001
             return None
+
+    def more_cards_hint(self) -> str:
+        """What to do when a job asks for more cards than it may use (appended to the error)."""
+        if visible_modules():
+            return f" {VISIBLE_MODULES_ENV} lists the cards this job may use: list more there, or ask for fewer."
+        return ""
 
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""

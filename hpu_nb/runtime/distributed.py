@@ -19,9 +19,9 @@ import os
 import sys
 
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.env import VISIBLE_MODULES_ENV, visible_modules
 
 HCCL_MODULE = "habana_frameworks.torch.distributed.hccl"
-VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"
 
 
 class ForkAfterDeviceInitError(RuntimeError):
@@ -31,11 +31,6 @@ class ForkAfterDeviceInitError(RuntimeError):
 def process_group_backend() -> str:
     """The torch.distributed backend: "hccl" (on the emulated Gaudi, HCCL's semantics over gloo)."""
     return get_backend().dist_backend
-
-
-def visible_modules() -> list[str]:
-    """The card (module) ids listed in HABANA_VISIBLE_MODULES, e.g. "0,1,2,3" -> ["0", "1", "2", "3"]."""
-    return [m.strip() for m in os.environ.get(VISIBLE_MODULES_ENV, "").split(",") if m.strip()]
 
 
 def initialize_distributed(world_size: int, rank: int, local_rank: int, local_world_size: int | None = None) -> str:

@@ -6,11 +6,11 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from hpu_nb.runtime import hpu_device
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
+from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import EMULATED_RELEASE, Generation, Release
 
 
@@ -53,7 +53,7 @@ class EmulatedBackend(DeviceBackend):
     @property
     def device_count_is_explicit(self) -> bool:
         """HPU_NB_DEVICE_COUNT or HABANA_VISIBLE_MODULES says how many cards to use (devices="auto" uses them all)."""
-        return self.card.device_count_is_explicit or bool(os.environ.get("HABANA_VISIBLE_MODULES", "").strip())
+        return self.card.device_count_is_explicit or bool(visible_modules())
 
     def is_available(self) -> bool:
         return True
@@ -61,6 +61,11 @@ class EmulatedBackend(DeviceBackend):
     def auto_device_count(self) -> int:
         """One emulated card unless HPU_NB_DEVICE_COUNT asks for more (each card is a process on this CPU)."""
         return self.device_count() if self.device_count_is_explicit else 1
+
+    def more_cards_hint(self) -> str:
+        if visible_modules():
+            return super().more_cards_hint()
+        return " Set HPU_NB_DEVICE_COUNT to emulate more cards."
 
     def device_count(self) -> int:
         """The cards this process may use: the machine's, or the tenant's (HABANA_VISIBLE_MODULES)."""

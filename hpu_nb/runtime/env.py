@@ -38,6 +38,14 @@ def flag_values() -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in FLAGS}
 
 
+VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"
+
+
+def visible_modules() -> list[str]:
+    """The card (module) ids listed in HABANA_VISIBLE_MODULES, e.g. "0,1,2,3" -> ["0", "1", "2", "3"]."""
+    return [m.strip() for m in os.environ.get(VISIBLE_MODULES_ENV, "").split(",") if m.strip()]
+
+
 LAZY_MODE_ENV = "PT_HPU_LAZY_MODE"
 
 

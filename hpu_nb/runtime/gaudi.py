@@ -22,7 +22,7 @@ from typing import Any
 
 from hpu_nb.runtime import hlml, hlsmi
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
-from hpu_nb.runtime.env import lazy_mode_from_env
+from hpu_nb.runtime.env import lazy_mode_from_env, visible_modules
 from hpu_nb.runtime.generations import Generation, Release, generation_from_name, release_from_version
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,11 @@ class GaudiBackend(DeviceBackend):
         return bool(self._hthpu.is_available())
 
     def device_count(self) -> int:
-        return int(self._hthpu.device_count())
+        """The cards this job may use: Habana's count, capped by HABANA_VISIBLE_MODULES when a tenant sets it (HCCL
+        asserts each local rank has its module, so asking for more is refused up front instead)."""
+        count = int(self._hthpu.device_count())
+        modules = visible_modules()
+        return min(count, len(modules)) if modules else count
 
     def generation(self) -> Generation:
         """Read without acquiring a card: Habana's device type, else habana-pyhlml / hl-smi; the device name only

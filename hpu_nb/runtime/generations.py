@@ -24,10 +24,6 @@ class Generation:
     supports_fp16: bool
     supports_fp8: bool
 
-    @property
-    def hbm_gib(self) -> float:
-        return self.hbm_bytes / GiB
-
     def fp16_support(self) -> tuple[bool, str]:
         """(available, reason): fp16 needs Gaudi2 or newer."""
         return _support(self.supports_fp16, "fp16", self.device_name)
