@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "Format": "hpu_nb.core.fp8",
     "HPUCheckpointIO": "hpu_nb.core.checkpoint_io",
     "InvalidCheckpointError": "hpu_nb.core.checkpoint_io",
+    "HPUDataModule": "hpu_nb.core.datamodule",
     "StuckRankError": "hpu_nb.core.strategies.liveness",
     "HPUPrecision": "hpu_nb.core.fabric.precision",
     "HPUGraphMetrics": "hpu_nb.core.metrics",

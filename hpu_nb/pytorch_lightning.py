@@ -24,6 +24,7 @@ _EXPORTS = {
     "HPUCheckpointIO": "checkpoint_io",
     "HPUProfiler": "profiler",
     "HPUGraphMetrics": "metrics",
+    "HPUDataModule": "datamodule",
 }
 FLAVOUR = "standalone"
 __all__ = sorted(_EXPORTS)
