@@ -111,8 +111,11 @@ def test_lightning_still_defaults_timeout_to_its_module_constant():
     """Tripwire: `timeout` left unset is recognised by identity with Lightning's default_pg_timeout."""
     import inspect
 
-    for cls in (DDPStrategy, HPUFSDPStrategy.__mro__[3], HPUDeepSpeedStrategy.__mro__[3]):
+    from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
+
+    for cls in (DDPStrategy, FSDPStrategy, DeepSpeedStrategy):
         assert inspect.signature(cls.__init__).parameters["timeout"].default is default_pg_timeout, cls
+    assert issubclass(HPUFSDPStrategy, FSDPStrategy) and issubclass(HPUDeepSpeedStrategy, DeepSpeedStrategy)
 
 
 def test_a_rank_that_crashes_keeps_its_own_error(tmp_path):

@@ -9,6 +9,7 @@ import lightning as L
 import pytest
 
 from hpu_nb.core import trainer_output
+from hpu_nb.core.trainer_output import RANK_ZERO_LOGGER, HPUTrainerNoiseFilter
 from tests.models import LinearModel, regression_data
 
 
@@ -44,8 +45,13 @@ def test_other_trainers_keep_lightnings_lines(records: pytest.LogCaptureFixture)
     records.clear()
     L.Trainer(accelerator="cpu", devices=1)
     shown = _messages(records)
-    assert any(m.startswith("GPU available") for m in shown) and any(m.startswith("💡 Tip") for m in shown)
+    assert any(m.startswith("GPU available") for m in shown) and any(m.startswith("TPU available") for m in shown)
     assert not any(m.startswith("HPU:") for m in shown)
+    # Lightning's tips (printed or not, by its own rules) are not filtered out after a non-HPU Trainer
+    tip = logging.LogRecord(RANK_ZERO_LOGGER, logging.INFO, __file__, 0, "💡 Tip: something", None, None)
+    assert HPUTrainerNoiseFilter().filter(tip)
+    L.Trainer(accelerator="hpu", devices=1)
+    assert not HPUTrainerNoiseFilter().filter(tip)
 
 
 def test_lightning_still_logs_device_info_where_we_wrap_it() -> None:

@@ -17,6 +17,8 @@ import threading
 import warnings
 from typing import Any
 
+from typing_extensions import override
+
 RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
 DROPPED_PREFIXES = ("💡 Tip:", "HPU available:")  # while an HPU Trainer is built and runs
 _state = threading.local()
@@ -34,6 +36,7 @@ def hpu_device_line(trainer: Any) -> str:
 class HPUTrainerNoiseFilter(logging.Filter):
     """After an HPU Trainer's device line (until a non-HPU Trainer is built): drops tips and the repeated HPU line."""
 
+    @override
     def filter(self, record: logging.LogRecord) -> bool:
         return not (getattr(_state, "hpu_trainer", False) and str(record.msg).startswith(DROPPED_PREFIXES))
 
