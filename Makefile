@@ -62,7 +62,7 @@ browser: setup
 	@bash .ci/install_browser.sh || true
 
 test: setup browser lint
-	$(PY) -m pytest tests --nbmake notebooks -q
+	$(PY) -m pytest tests --nbmake notebooks -q --durations=15
 
 lint: setup
 	$(PY) -m ruff check .
