@@ -259,25 +259,57 @@ def _step_config(path: Path, quant: Union[bool, str, dict]) -> tuple[dict, str]:
     return config, config["mode"]
 
 
+@dataclass(frozen=True)
+class InferencePlan:
+    """What convert_modules(inference=True) decided before touching a model: the step, its directory and config.
+
+    Made up front (so a missing config, an unusable setting or quantizing after measuring fail at once) and applied to
+    the model then or, with DeepSpeed, once DeepSpeed has wrapped it (`apply_inference`)."""
+
+    mode: str  # "MEASURE" or "QUANTIZE"
+    path: Path
+    config: dict
+
+
+def plan_inference(quant: Union[bool, str, dict], fp8_data_path: Optional[str]) -> InferencePlan:
+    """The fp8 inference step `quant` asks for (the config's mode decides), checked against the engine in force."""
+    path = data_dir(fp8_data_path)
+    config, mode = _step_config(path, quant)
+    config["dump_stats_path"] = str(dump_stats_path(path))  # from this step's fp8_data_path, always
+    try:
+        get_backend().fp8_engine().check_inference_config(config)
+    except Fp8EngineError as err:
+        raise Fp8InferenceError(str(err)) from None
+    if mode == "QUANTIZE":
+        _refuse_quantizing_after_measuring()
+    return InferencePlan(mode, path, config)
+
+
+def _refuse_quantizing_after_measuring() -> None:
+    if _measured_in_this_process:
+        raise Fp8InferenceError(
+            "fp8 measurement and quantization cannot run in one process (as on a Gaudi): this process measured. "
+            "Restart the kernel (or run a new process) and convert with quant=True there.")
+
+
 def prepare_inference(
     model: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
 ) -> torch.nn.Module:
     """Set `model` up to measure or to run quantized (the config's mode decides); returns the model to use."""
+    return apply_inference(model, plan_inference(quant, fp8_data_path))
+
+
+def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Module:
+    """Set `model` up for a planned step: measure (hooks, config files written) or quantize from the measurements.
+
+    The rank suffix of the measurement file is fixed here, as INC fixes it when it converts. Returns the model to use.
+    """
     global _measured_in_this_process
-    path = data_dir(fp8_data_path)
-    config, mode = _step_config(path, quant)
-    config["dump_stats_path"] = str(dump_stats_path(path))  # from this step's fp8_data_path, always
+    path, config = plan.path, copy.deepcopy(plan.config)
     engine = get_backend().fp8_engine()
-    try:
-        engine.check_inference_config(config)
-    except Fp8EngineError as err:
-        raise Fp8InferenceError(str(err)) from None
     rank_world = rank_and_world()
-    if mode == "QUANTIZE":
-        if _measured_in_this_process:
-            raise Fp8InferenceError(
-                "fp8 measurement and quantization cannot run in one process (as on a Gaudi): this process measured. "
-                "Restart the kernel (or run a new process) and convert with quant=True there.")
+    if plan.mode == "QUANTIZE":
+        _refuse_quantizing_after_measuring()
         expected = measurement_file(config, rank_world)
         if not expected.is_file():
             present = _present_measurements(config)
