@@ -4,7 +4,6 @@ initialises torch.distributed, which must not leak into the test process).
 Usage: python ds_fp8.py train STAGE       bf16 then fp8 fits of the same model, data and seed; prints a JSON report
        python ds_fp8.py measure DIR       saves weights and fp32 outputs, measures while predicting through DeepSpeed
        python ds_fp8.py quantize DIR      (a new process) quantizes from those measurements, predicts, compares
-       [--no-path]                        measure / quantize without fp8_data_path (the default directory)
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ def fit(stage: int, precision: str) -> dict:
     }
 
 
-def inference(step: str, out: Path, with_path: bool) -> dict:
+def inference(step: str, out: Path) -> dict:
     model = make_regressor()
     if step == "measure":
         torch.save(model.state_dict(), out / "model.pt")
@@ -57,8 +56,8 @@ def inference(step: str, out: Path, with_path: bool) -> dict:
     else:
         model.load_state_dict(torch.load(out / "model.pt"))
     plugin = HPUDeepSpeedPrecisionPlugin("fp8")
-    path = {"fp8_data_path": str(out / "fp8")} if with_path else {}
-    assert plugin.convert_modules(model, inference=True, quant=step == "quantize", **path) is model
+    converted = plugin.convert_modules(model, inference=True, quant=step == "quantize", fp8_data_path=str(out / "fp8"))
+    assert converted is model
     trainer = L.Trainer(accelerator="hpu", devices=1, strategy=HPUDeepSpeedStrategy(), plugins=[plugin],
                         **quiet_trainer_kwargs())
     preds = torch.cat(trainer.predict(model, predict_data())).float().cpu()
@@ -78,7 +77,7 @@ def main() -> int:
     else:
         out = Path(arg)
         out.mkdir(parents=True, exist_ok=True)
-        report = inference(step, out, with_path="--no-path" not in sys.argv)
+        report = inference(step, out)
     print(json.dumps(report))
     return 0
 
