@@ -169,6 +169,8 @@ class HPUFp8Mixin:
     ) -> torch.nn.Module:
         """Prepare `module` for fp8: training layers (replace_layers=True), or inference: quant=False measures,
         quant=True quantizes (a config file path or dict, as lightning-habana took, decides by its "mode").
+        Measurements live in `fp8_data_path`, else $HABANA_LOGS, else `<hpu_nb cache directory>/fp8`
+        ($HPU_NB_CACHE_DIR, else ~/.cache/hpu_nb): measure and quantize find them there without a path.
 
         Returns the model to train / predict with (the same object on the emulated Gaudi).
         """
