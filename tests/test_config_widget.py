@@ -233,6 +233,10 @@ def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
         assert deepspeed_fp8.errors == [] and "plugin = HPUDeepSpeedPrecisionPlugin(precision=\"fp8\")" in \
             deepspeed_fp8.code
     assert errors(precision="fp8-measure", strategy="deepspeed", devices=2) == []
+    assert errors(precision="fp8", strategy="deepspeed", deepspeed_stage=3) == []  # training: ZeRO-3 too
+    for precision in ("fp8-measure", "fp8-quantize"):
+        assert any("ZeRO-3 partitions them" in e
+                   for e in errors(precision=precision, strategy="deepspeed", deepspeed_stage=3))
     assert any("quantized fp8 inference runs on one device" in e
                for e in errors(precision="fp8-quantize", strategy="deepspeed", devices=2))
     assert any("not one of" in e for e in errors(precision="fp4"))

@@ -157,6 +157,21 @@ def test_inference_conversion_waits_for_deepspeed_but_its_errors_come_at_once(tm
     assert plugin._planned == [] and [ref() for ref in plugin._measuring] == [model]
 
 
+def test_fp8_inference_on_zero_3_partitioned_weights_is_a_clear_error(tmp_path, monkeypatch):
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    from hpu_nb import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
+    from hpu_nb.core.fp8 import inference
+
+    monkeypatch.setattr(inference, "_measured_in_this_process", False)
+    plugin = HPUDeepSpeedPrecisionPlugin("fp8")
+    model = plugin.convert_modules(make_regressor(), inference=True, quant=False, fp8_data_path=str(tmp_path))
+    strategy = HPUDeepSpeedStrategy(stage=3)
+    L.Trainer(accelerator="hpu", devices=1, strategy=strategy, plugins=[plugin], logger=False)
+    with pytest.raises(MisconfigurationException, match="ZeRO stage 3 partitions them"):
+        strategy._initialize_deepspeed_inference(model)  # what trainer.predict reaches, before deepspeed.initialize
+
+
 def test_first_generation_gaudi_refuses_fp8_with_deepspeed(monkeypatch):
     from hpu_nb import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
     from hpu_nb.core.precision import UnsupportedPrecisionError

@@ -233,6 +233,9 @@ class TrainerConfig:
             if self.strategy == "fsdp":
                 err("precision", "fp8 is not available with the fsdp strategy here; use single, parallel / DDP or "
                                  "DeepSpeed.")
+            if self.precision in FP8_INFERENCE and self.strategy == "deepspeed" and self.deepspeed_stage == 3:
+                err("deepspeed_stage", "fp8 inference reads and quantizes whole weights, and ZeRO-3 partitions them: "
+                                       "choose ZeRO-0, 1 or 2 (the stage only matters for training).")
             if self.precision in FP8_INFERENCE and not str(self.fp8_data_path).strip():
                 err("fp8_data_path", "fp8 inference needs a directory for the measurements.")
             if self.precision == "fp8-quantize" and (self.strategy not in QUANTIZE_STRATEGIES or self.devices != 1):

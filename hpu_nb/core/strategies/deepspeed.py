@@ -65,6 +65,7 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
     inference=True measures (quant=False) or quantizes (quant=True). The inference conversion is checked at once and
     applied when trainer.predict / test / validate has wrapped the model in DeepSpeed (as lightning-habana did), so
     DeepSpeed's bf16 cast and hook removal come before it; measurements are written at the end of predict / test.
+    fp8 inference reads whole weights: not on ZeRO stage 3's partitioned ones (a clear error when predict starts).
 
     Args:
         precision: as above.
@@ -102,6 +103,11 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
         fp8.require_fp8()
         self._planned.append((weakref.ref(module), fp8.plan_inference(quant, fp8_data_path)))
         return module
+
+    @property
+    def has_planned_conversions(self) -> bool:
+        """Whether fp8 inference conversions wait for DeepSpeed's wrapping."""
+        return any(ref() is not None for ref, _ in self._planned)
 
     def apply_planned_conversions(self, root: torch.nn.Module) -> torch.nn.Module:
         """Apply the planned fp8 inference conversions of `root` (the model DeepSpeed wraps) or of its submodules;
@@ -276,6 +282,16 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         _format_precision_config(self.config, engine_precision, self.loss_scale, self.loss_scale_window,
                                  self.min_loss_scale, self.initial_scale_power, self.hysteresis)
 
+    def _refuse_fp8_inference_on_partitioned_weights(self) -> None:
+        """fp8 inference reads and quantizes whole weights; ZeRO-3 leaves each device a shard outside forward."""
+        plugin = self.precision_plugin
+        if isinstance(plugin, HPUDeepSpeedPrecisionPlugin) and plugin.has_planned_conversions:
+            raise MisconfigurationException(
+                "fp8 inference (measure or quantize) with DeepSpeed needs whole weights on each device, and ZeRO stage"
+                " 3 partitions them. Predict / test with HPUDeepSpeedStrategy(stage=2) (or 0 / 1): the stage only"
+                " matters for training."
+            )
+
     def _apply_planned_fp8_conversions(self) -> None:
         """fp8 inference conversions wait for DeepSpeed's wrapping (its bf16 cast and hook removal come first)."""
         if isinstance(self.precision_plugin, HPUDeepSpeedPrecisionPlugin):
@@ -332,6 +348,8 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             self.model = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
             self._apply_planned_fp8_conversions()
             return
+        if self.zero_stage_3:
+            self._refuse_fp8_inference_on_partitioned_weights()
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
         for key in ("fp16", "bf16"):
             if key in self.config:
