@@ -236,15 +236,13 @@ class TrainerConfig:
             if self.precision in FP8_INFERENCE and self.strategy == "deepspeed" and self.deepspeed_stage == 3:
                 err("deepspeed_stage", "fp8 inference reads and quantizes whole weights, and ZeRO-3 partitions them: "
                                        "choose ZeRO-0, 1 or 2 (the stage only matters for training).")
-            if self.precision in FP8_INFERENCE and not str(self.fp8_data_path).strip():
-                err("fp8_data_path", "fp8 inference needs a directory for the measurements.")
             if self.precision == "fp8-quantize" and (self.strategy not in QUANTIZE_STRATEGIES or self.devices != 1):
                 err("precision", "quantized fp8 inference runs on one device: DDP would broadcast the fp8 weights, "
                                  "which its collectives cannot carry. Choose 1 device and strategy auto, single or "
                                  "DeepSpeed.")
             if self.precision == "fp8-quantize":
                 warn("precision", "quantize after measuring, in a new process (restart the kernel after the "
-                                  f"measurement run); the measurements are read from {self.fp8_data_path!r}.")
+                                  f"measurement run); the measurements are read from {self._fp8_dir_text}.")
         if self.relevant("autocast") and self.autocast != "plugin" and self.strategy in ("deepspeed", "fsdp"):
             warn("autocast", f"{self.strategy} manages precision itself; autocast in your own code is on top of it.")
 
@@ -345,16 +343,24 @@ class TrainerConfig:
         return steps
 
     def _convert_call(self) -> tuple[str, dict[str, Any]] | None:
-        """(comment, keyword arguments) of plugin.convert_modules for fp8, else None."""
+        """(comment, keyword arguments) of plugin.convert_modules for fp8, else None. A blank fp8_data_path is left
+        out: the measurements then live in $HABANA_LOGS, else <hpu_nb cache directory>/fp8."""
         if self.precision == "fp8":
             return "fp8 training: swaps nn.Linear layers for fp8 ones", {"replace_layers": True}
+        path = {"fp8_data_path": self.fp8_data_path} if str(self.fp8_data_path).strip() else {}
         if self.precision == "fp8-measure":
             return ("fp8 inference step 1: measure on some data (trainer.predict), then restart and quantize",
-                    {"inference": True, "quant": False, "fp8_data_path": self.fp8_data_path})
+                    {"inference": True, "quant": False, **path})
         if self.precision == "fp8-quantize":
             return ("fp8 inference step 2: quantize with the measurements (in a new process)",
-                    {"inference": True, "quant": True, "fp8_data_path": self.fp8_data_path})
+                    {"inference": True, "quant": True, **path})
         return None
+
+    @property
+    def _fp8_dir_text(self) -> str:
+        if str(self.fp8_data_path).strip():
+            return repr(self.fp8_data_path)
+        return "$HABANA_LOGS, else hpu_nb's default <cache directory>/fp8 (no fp8 data dir given)"
 
     def required_names(self) -> list[str]:
         """The public names the generated code uses (each comes with its import line)."""
