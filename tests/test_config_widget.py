@@ -227,7 +227,21 @@ def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     assert errors(precision="fp8", autocast="context") == []  # the autocast style does not matter for fp8
     assert any("quantized fp8 inference runs on one device" in e
                for e in errors(precision="fp8-quantize", strategy="parallel"))
-    assert any("fp8 is not available with the deepspeed" in e for e in errors(precision="fp8", strategy="deepspeed"))
+    assert any("fp8 is not available with the fsdp" in e for e in errors(precision="fp8", strategy="fsdp"))
+    for precision in ("fp8", "fp8-measure", "fp8-quantize"):  # DeepSpeed runs fp8 with HPUDeepSpeedPrecisionPlugin
+        deepspeed_fp8 = TrainerConfig(precision=precision, strategy="deepspeed")
+        assert deepspeed_fp8.errors == [] and "plugin = HPUDeepSpeedPrecisionPlugin(precision=\"fp8\")" in \
+            deepspeed_fp8.code
+    assert errors(precision="fp8-measure", strategy="deepspeed", devices=2) == []
+    assert errors(precision="fp8", strategy="deepspeed", deepspeed_stage=3) == []  # training: ZeRO-3 too
+    for precision in ("fp8-measure", "fp8-quantize"):
+        assert any("ZeRO-3 partitions them" in e
+                   for e in errors(precision=precision, strategy="deepspeed", deepspeed_stage=3))
+    no_path = TrainerConfig(precision="fp8-quantize", fp8_data_path=" ")  # the default directory, as in the seed
+    assert no_path.errors == [] and "fp8_data_path" not in no_path.code
+    assert "<cache directory>/fp8" in no_path.warnings[0].message
+    assert any("quantized fp8 inference runs on one device" in e
+               for e in errors(precision="fp8-quantize", strategy="deepspeed", devices=2))
     assert any("not one of" in e for e in errors(precision="fp4"))
     monkeypatch.setenv("HPU_NB_DEVICE", "gaudi")
     reset_backend()

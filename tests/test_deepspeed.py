@@ -54,12 +54,15 @@ def test_precision_flag_gives_the_hpu_deepspeed_plugin():
 
 
 def test_fp8_and_fp16_on_first_gaudi_are_refused(monkeypatch):
+    assert HPUDeepSpeedPrecisionPlugin("fp8").precision == "fp8"  # Gaudi2 (tests/test_deepspeed_fp8.py runs it)
     with pytest.raises(ValueError, match="not supported with DeepSpeed"):
-        HPUDeepSpeedPrecisionPlugin("fp8")
+        HPUDeepSpeedPrecisionPlugin("16-true")
     monkeypatch.setenv("HPU_NB_DEVICE", "gaudi")
     reset_backend()
     with pytest.raises(ValueError, match="fp16 is not supported on"):
         HPUDeepSpeedPrecisionPlugin("16-mixed")
+    with pytest.raises(ValueError, match="fp8 is not supported on GAUDI"):
+        HPUDeepSpeedPrecisionPlugin("fp8")
 
 
 def test_user_config_dict_is_not_modified():

@@ -50,15 +50,17 @@ def predict(model: L.LightningModule, plugin=None) -> torch.Tensor:  # noqa: ANN
     return torch.cat(trainer.predict(model, data())).float()
 
 
-def quantize_in_this_process(directory: Path, fp8_dir: Path | None = None) -> dict:
-    """The fresh process: load the weights, quantize from the measurements, predict, compare with fp32."""
+def quantize_in_this_process(directory: Path, fp8_dir: Path | None = None, default: bool = False) -> dict:
+    """The fresh process: load the weights, quantize from the measurements, predict, compare with fp32.
+    `default`: pass no fp8_data_path (HABANA_LOGS or the default directory)."""
     from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
     model = make_model()
     model.load_state_dict(torch.load(directory / "model.pt"))
     plugin = HPUPrecisionPlugin("fp8")
-    plugin.convert_modules(model, inference=True, quant=True, fp8_data_path=str(fp8_dir or directory / "fp8"))
+    path = None if default else str(fp8_dir or directory / "fp8")
+    plugin.convert_modules(model, inference=True, quant=True, fp8_data_path=path)
     out = predict(model, plugin)
     ref = torch.load(directory / "fp32.pt")
     return {
@@ -184,16 +186,76 @@ def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process
             del os.environ["QUANT_CONFIG"]
 
 
-def test_measuring_into_the_package_is_refused(fresh_fp8_process) -> None:  # noqa: ANN001
+def test_measuring_into_the_package_is_refused(fresh_fp8_process, monkeypatch) -> None:  # noqa: ANN001
     import hpu_nb
     from hpu_nb.core.fp8.convert import convert_modules
 
     inside = Path(hpu_nb.__file__).parent / "fp8_stats"
     with pytest.raises(ValueError, match="inside the installed hpu_nb package"):
         convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(inside))
-    assert not inside.exists()
-    with pytest.raises(ValueError, match="fp8_data_path"):
+    monkeypatch.setenv("HABANA_LOGS", str(inside))
+    with pytest.raises(ValueError, match="inside the installed hpu_nb package"):
         convert_modules(make_model(), inference=True, quant=False)
+    assert not inside.exists()
+
+
+# -- no fp8_data_path: HABANA_LOGS, else <hpu_nb cache directory>/fp8 ------------------------------------------------
+@pytest.fixture
+def own_cache_dir(tmp_path, monkeypatch) -> Path:  # noqa: ANN001
+    """HPU_NB_CACHE_DIR in tmp_path, holding links to the built emulated device (so nothing is rebuilt there)."""
+    from hpu_nb.runtime import cache_dir
+
+    cache = (tmp_path / "cache").resolve()  # as data_dir names it
+    cache.mkdir()
+    for library in cache_dir().glob("hpu_device-*.so"):
+        (cache / library.name).symlink_to(library)
+    monkeypatch.setenv("HPU_NB_CACHE_DIR", str(cache))
+    return cache
+
+
+def test_without_a_path_measurements_go_to_the_cache_directory_and_a_fresh_process_finds_them(
+        tmp_path, own_cache_dir, fresh_fp8_process, caplog) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8.inference import data_dir
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+
+    model = make_model()
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    torch.save(predict(model), tmp_path / "fp32.pt")
+    plugin = HPUPrecisionPlugin("fp8")
+    with caplog.at_level("INFO"):
+        plugin.convert_modules(model, inference=True, quant=False)  # the seed's example passes no path
+        assert data_dir(None) == own_cache_dir / "fp8"
+    said = [r.getMessage() for r in caplog.records if "no fp8_data_path given" in r.getMessage()]
+    assert said == [f"fp8 inference: no fp8_data_path given; measurements live in {own_cache_dir / 'fp8'} (hpu_nb's"
+                    " default, <cache directory>/fp8; set HABANA_LOGS to change it)."]  # once, not on every call
+    predict(model, plugin)
+    fp8_dir = own_cache_dir / "fp8"
+    assert (fp8_dir / "maxabs_measure.json").is_file() and (fp8_dir / "maxabs_quant.json").is_file()
+    assert (fp8_dir / "inc_output" / "measure_hooks_maxabs.json").is_file()
+
+    done = run_fresh_from(tmp_path, None, ("HPU_NB_CACHE_DIR", str(own_cache_dir)))  # no path there either
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["quantized"] == ["head", "net.0", "net.2"] and 1e-3 < result["relative_error"] < 0.06, result
+    assert f"measurements live in {fp8_dir}" in done.stderr + done.stdout
+
+
+def test_habana_logs_wins_over_the_default_and_a_given_path_over_both(tmp_path, own_cache_dir, fresh_fp8_process,
+                                                                      monkeypatch, caplog) -> None:  # noqa: ANN001
+    from hpu_nb.core.fp8.inference import data_dir
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+
+    logs = tmp_path.resolve() / "habana_logs"
+    monkeypatch.setenv("HABANA_LOGS", str(logs))
+    model = make_model()
+    plugin = HPUPrecisionPlugin("fp8")
+    with caplog.at_level("INFO"):
+        plugin.convert_modules(model, inference=True, quant=False)
+    assert any(f"measurements live in {logs} ($HABANA_LOGS)" in r.getMessage() for r in caplog.records)
+    predict(model, plugin)
+    assert (logs / "inc_output" / "measure_hooks_maxabs.json").is_file()
+    assert not (own_cache_dir / "fp8").exists()
+    assert data_dir(str(tmp_path / "given")) == tmp_path.resolve() / "given"
 
 
 def test_first_generation_refuses_fp8_inference(tmp_path, monkeypatch) -> None:  # noqa: ANN001
@@ -393,13 +455,20 @@ def test_fp8_layers_take_a_batch_of_no_rows(measured, fresh_fp8_process) -> None
     assert y.shape == (0, 8) and x.grad.shape == (0, 64)
 
 
-def run_fresh_from(directory: Path, fp8_dir: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HPU_NB_BACKEND="emulated")
-    return subprocess.run([sys.executable, __file__, "quantize", str(directory), str(fp8_dir)], capture_output=True,
+def run_fresh_from(directory: Path, fp8_dir: Path | None, *extra_env: tuple[str, str]) -> subprocess.CompletedProcess:
+    """The fresh process, quantizing from `fp8_dir` (None: no fp8_data_path, the default directory)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HPU_NB_BACKEND="emulated", **dict(extra_env))
+    where = NO_PATH if fp8_dir is None else str(fp8_dir)
+    return subprocess.run([sys.executable, __file__, "quantize", str(directory), where], capture_output=True,
                           text=True, env=env, timeout=180)
+
+
+NO_PATH = "--no-fp8-data-path"
 
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["quantize"]:
-        print(json.dumps(quantize_in_this_process(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)))
+        fp8_dir = sys.argv[3] if len(sys.argv) > 3 else None
+        print(json.dumps(quantize_in_this_process(Path(sys.argv[2]), None if fp8_dir is None else Path(fp8_dir),
+                                                  default=fp8_dir == NO_PATH)))

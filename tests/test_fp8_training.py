@@ -178,3 +178,20 @@ def test_first_generation_gaudi_refuses_fp8(make_fake_gaudi) -> None:  # noqa: F
     make_fake_gaudi(device_name="GAUDI", release="1.21.0")
     with pytest.raises(UnsupportedPrecisionError, match="GAUDI"):
         HPUPrecisionPlugin("fp8")
+
+
+def test_precision_flag_fp8_gives_the_hpu_fp8_plugins() -> None:
+    """Lightning refuses precision="fp8" by name; with an HPU accelerator hpu_nb's connector hook carries it through."""
+    from lightning.fabric import Fabric
+
+    from hpu_nb.core.fabric.precision import HPUPrecision
+
+    for accelerator in ("hpu", __import__("hpu_nb").HPUAccelerator()):
+        trainer = L.Trainer(accelerator=accelerator, devices=1, precision="fp8", logger=False)
+        assert type(trainer.precision_plugin) is HPUPrecisionPlugin and trainer.precision_plugin.precision == "fp8"
+    fabric = Fabric(accelerator="hpu", devices=1, precision="fp8")
+    assert type(fabric._precision) is HPUPrecision and fabric._precision.precision == "fp8"
+    with pytest.raises(ValueError, match="Received both `precision='fp8'`"):
+        L.Trainer(accelerator="hpu", devices=1, precision="fp8", plugins=[HPUPrecisionPlugin("fp8")], logger=False)
+    with pytest.raises(ValueError, match="Precision 'fp8' is invalid"):  # not an HPU: Lightning's own answer
+        L.Trainer(accelerator="cpu", devices=1, precision="fp8", logger=False)

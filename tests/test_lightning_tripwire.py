@@ -18,6 +18,9 @@ import hpu_nb.core
 FINGERPRINTS = [
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector.__init__",
      "d610bdfbe380b204", "registration.install_connector_hook: the hooked methods are called from here"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector",
+     "_AcceleratorConnector._check_config_and_set_final_flags", "9d2fb6cc22739133",
+     "registration: wrapped for precision='fp8' (keyword arguments; sets _precision_flag / _precision_plugin_flag)"),
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector._choose_strategy",
      "81e89d03604243ef", "registration: wrapped for HPU (Lightning raises 'HPU is currently not supported')"),
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector._check_and_init_precision",
@@ -26,6 +29,8 @@ FINGERPRINTS = [
      "1b8c7af74bc28143", "registration: wrapped (a real Gaudi is 'auto')"),
     ("lightning.fabric.connector", "_Connector.__init__", "d812e0f2fdd05ae1",
      "registration.install_fabric_connector_hook: the hooked methods are called from here"),
+    ("lightning.fabric.connector", "_Connector._check_config_and_set_final_flags", "a6f4cddfc43e9512",
+     "registration: wrapped for precision='fp8' (keyword arguments; sets _precision_input / _precision_instance)"),
     ("lightning.fabric.connector", "_Connector._choose_strategy", "a4f082ff16cf61b2",
      "registration: wrapped for HPU (Lightning picks a CPU SingleDeviceStrategy)"),
     ("lightning.fabric.connector", "_Connector._check_and_init_precision", "d0c28a357381f900",
@@ -68,6 +73,10 @@ FINGERPRINTS = [
      "strategies/deepspeed.HPUDeepSpeedStrategy._setup_model_and_optimizer: a copy (device named by local rank)"),
     ("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy._initialize_deepspeed_inference",
      "dc47d956a17bc6ac", "strategies/deepspeed.HPUDeepSpeedStrategy._initialize_deepspeed_inference: a copy"),
+    ("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy._format_config", "e4c7bc1cd605458b",
+     "strategies/deepspeed.HPUDeepSpeedStrategy._format_config: extends it (fp8: the config's bf16 section)"),
+    ("lightning.fabric.strategies.deepspeed", "_format_precision_config", "f4b00730bca1f6e7",
+     "strategies/deepspeed.HPUDeepSpeedStrategy._format_config: called with the plugin's engine precision"),
     ("lightning.pytorch.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "e54fd0bd3bd9fcd2",
      "strategies/fsdp.fsdp_mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "ffb119428db67169",
@@ -106,6 +115,7 @@ def test_the_hooks_are_in_place_on_what_lightning_calls():
         assert connector._hpu_nb_hooked
         init = inspect.getsource(connector.__init__)
         assert "self._choose_strategy()" in init and "self._check_and_init_precision()" in init
+        assert "self._check_config_and_set_final_flags(" in init and "precision=precision," in init
         assert "self._choose_auto_accelerator()" in init
     assert setup._init_profiler._hpu_nb_hooked
     from lightning.pytorch.trainer import trainer

@@ -7,7 +7,8 @@ autocast (hpu_nb.core.oplists; the plugin's lower_list= / fp32_list= set them). 
 
 This module is the one home of the precision names (`PRECISION_ALIASES`); the DeepSpeed and FSDP plugins read it.
 Reusable pieces for other precision plugins: `unify_precision`, `validate_precision`, `autocast_context`,
-`hpu_autocast`, `autocast_device_type`, and `hpu_nb.core.fp8.convert_modules` / `finalize_measurements`.
+`hpu_autocast`, `autocast_device_type`, and `HPUFp8Mixin` (convert_modules / finish_measurements, over
+hpu_nb.core.fp8).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from typing import Any, Generator, Mapping, Optional, Union
 import torch
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from typing_extensions import override
 
 from hpu_nb.core.oplists import OpListSource, apply_op_lists, load_op_lists, shadowed_fp32_ops
 from hpu_nb.runtime import get_backend
 
 __all__ = [
+    "HPUFp8Mixin",
     "HPUPrecisionPlugin",
     "PRECISION_CHOICES",
     "UnsupportedPrecisionError",
@@ -134,7 +137,102 @@ def autocast_context(precision: str, *, recipe: Any = None) -> Generator[None, N
         yield
 
 
-class HPUPrecisionPlugin(Precision):
+class HPUFp8Mixin:
+    """fp8 for a precision plugin: `convert_modules` (fp8 training layers, or fp8 inference: measure / quantize), the
+    models it set up to measure, and `finish_measurements`, which the HPU strategies call at the end of
+    trainer.predict / trainer.test. One implementation for HPUPrecisionPlugin and HPUDeepSpeedPrecisionPlugin: put it
+    before the Lightning base (`class P(HPUFp8Mixin, Precision)`) and call `_init_fp8` once `self.precision` is set.
+    """
+
+    precision: str
+
+    def _init_fp8(self, recipe: Any, replace_layers: bool) -> None:
+        if (recipe is not None or replace_layers) and self.precision != "fp8":
+            rank_zero_warn(f"precision={self.precision!r} is not 'fp8': recipe and replace_layers are ignored.")
+        self.recipe = recipe if self.precision == "fp8" else None
+        self.replace_layers = bool(replace_layers) and self.precision == "fp8"
+        self._measuring: list[weakref.ref] = []  # models in fp8 measurement mode, written at the end of predict / test
+        # lightning-habana's flags: what this plugin can do with fp8 here (both False for other precisions)
+        fp8 = self.precision == "fp8"
+        self.fp8_training_available = fp8  # validate_precision refused fp8 where it cannot train
+        self.fp8_inference_available = fp8 and get_backend().fp8_engine().inference_support()[0]
+
+    def convert_modules(
+        self,
+        module: torch.nn.Module,
+        inference: bool = False,
+        quant: Union[bool, str, dict] = True,
+        fp8_data_path: Optional[str] = None,
+        *,
+        replace_layers: Optional[bool] = None,
+        recipe: Any = None,
+    ) -> torch.nn.Module:
+        """Prepare `module` for fp8: training layers (replace_layers=True), or inference: quant=False measures,
+        quant=True quantizes (a config file path or dict, as lightning-habana took, decides by its "mode").
+        Measurements live in `fp8_data_path`, else $HABANA_LOGS, else `<hpu_nb cache directory>/fp8`
+        ($HPU_NB_CACHE_DIR, else ~/.cache/hpu_nb): measure and quantize find them there without a path.
+
+        Returns the model to train / predict with (the same object on the emulated Gaudi).
+        """
+        if self.precision != "fp8":
+            raise ValueError(
+                f"convert_modules() needs {type(self).__name__}(precision='fp8'), not {self.precision!r}."
+            )
+        from hpu_nb.core import fp8
+
+        if recipe is not None:
+            self.recipe = recipe
+        if replace_layers is not None:
+            self.replace_layers = bool(replace_layers)
+        if inference:
+            return self._convert_for_inference(module, quant, fp8_data_path)
+        if not self.replace_layers:
+            rank_zero_warn("convert_modules(): nothing to do; pass replace_layers=True (training) or inference=True.")
+            return module
+        return fp8.convert_modules(module, replace_layers=True, recipe=self.recipe)
+
+    def _convert_for_inference(
+        self, module: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
+    ) -> torch.nn.Module:
+        """Set `module` up for the inference step now (the DeepSpeed plugin waits until DeepSpeed has wrapped it)."""
+        from hpu_nb.core import fp8
+
+        return self._track(fp8.convert_modules(module, inference=True, quant=quant, fp8_data_path=fp8_data_path))
+
+    def _track(self, converted: torch.nn.Module) -> torch.nn.Module:
+        """Remember a model set up to measure: finish_measurements writes its measurements."""
+        from hpu_nb.core import fp8
+
+        state = fp8.state_of(converted)
+        if state is not None and state.mode == "measure":
+            self._measuring.append(weakref.ref(converted))
+        return converted
+
+    def finish_measurements(self) -> list:
+        """Write the fp8 measurements of the models this plugin set up. The HPU strategies call it at the end of
+        trainer.predict / trainer.test, while the model is still on the device (as lightning-habana did)."""
+        from hpu_nb.core.fp8 import finalize_measurements
+
+        written = []
+        for ref in self._measuring:
+            model = ref()
+            if model is not None:
+                written += finalize_measurements(model)
+        return written
+
+    @override
+    def teardown(self) -> None:
+        from hpu_nb.core.fp8 import pending_measurements
+
+        pending = [ref() for ref in self._measuring]
+        if any(model is not None and model in pending_measurements() for model in pending):
+            rank_zero_warn(
+                "fp8 measurements were not written: they are written at the end of trainer.predict() or trainer.test(),"
+                " while the model is on the device. Run one of them with this plugin (fit() does not measure).")
+        super().teardown()  # type: ignore[misc]
+
+
+class HPUPrecisionPlugin(HPUFp8Mixin, Precision):
     """Mixed precision for HPU: bf16 / fp16 autocast with Habana-style op lists, and fp8 training / inference.
 
     Args:
@@ -181,15 +279,7 @@ class HPUPrecisionPlugin(Precision):
         if self.op_lists:
             self._use_op_lists()
 
-        if (recipe is not None or replace_layers) and self.precision != "fp8":
-            rank_zero_warn(f"precision={self.precision!r} is not 'fp8': recipe and replace_layers are ignored.")
-        self.recipe = recipe if self.precision == "fp8" else None
-        self.replace_layers = bool(replace_layers) and self.precision == "fp8"
-        self._measuring: list[weakref.ref] = []  # models in fp8 measurement mode, written at teardown
-        # lightning-habana's flags: what this plugin can do with fp8 here (both False for other precisions)
-        fp8 = self.precision == "fp8"
-        self.fp8_training_available = fp8  # validate_precision refused fp8 where it cannot train
-        self.fp8_inference_available = fp8 and get_backend().fp8_engine().inference_support()[0]
+        self._init_fp8(recipe, replace_layers)
 
     def _use_op_lists(self) -> None:
         """Make the given lists the device's (process-wide, as on a Gaudi); refuse where they cannot take effect."""
@@ -215,71 +305,10 @@ class HPUPrecisionPlugin(Precision):
         return autocast_context(self.precision, recipe=self.recipe)
 
     @contextlib.contextmanager
+    @override
     def forward_context(self) -> Generator[None, None, None]:
         with self.autocast_context_manager():
             yield
-
-    # -- fp8 ---------------------------------------------------------------------------------------------------
-    def convert_modules(
-        self,
-        module: torch.nn.Module,
-        inference: bool = False,
-        quant: Union[bool, str, dict] = True,
-        fp8_data_path: Optional[str] = None,
-        *,
-        replace_layers: Optional[bool] = None,
-        recipe: Any = None,
-    ) -> torch.nn.Module:
-        """Prepare `module` for fp8: training layers (replace_layers=True), or inference: quant=False measures,
-        quant=True quantizes (a config file path or dict, as lightning-habana took, decides by its "mode").
-
-        Returns the model to train / predict with (the same object on the emulated Gaudi).
-        """
-        if self.precision != "fp8":
-            raise ValueError(f"convert_modules() needs HPUPrecisionPlugin(precision='fp8'), not {self.precision!r}.")
-        from hpu_nb.core import fp8
-
-        if recipe is not None:
-            self.recipe = recipe
-        if replace_layers is not None:
-            self.replace_layers = bool(replace_layers)
-        if not inference and not self.replace_layers:
-            rank_zero_warn("convert_modules(): nothing to do; pass replace_layers=True (training) or inference=True.")
-            return module
-        converted = fp8.convert_modules(
-            module,
-            replace_layers=self.replace_layers and not inference,
-            recipe=self.recipe,
-            inference=inference,
-            quant=quant,
-            fp8_data_path=fp8_data_path,
-        )
-        state = fp8.state_of(converted) if inference else None
-        if state is not None and state.mode == "measure":
-            self._measuring.append(weakref.ref(converted))
-        return converted
-
-    def finish_measurements(self) -> list:
-        """Write the fp8 measurements of the models this plugin set up. The HPU strategies call it at the end of
-        trainer.predict / trainer.test, while the model is still on the device (as lightning-habana did)."""
-        from hpu_nb.core.fp8 import finalize_measurements
-
-        written = []
-        for ref in self._measuring:
-            model = ref()
-            if model is not None:
-                written += finalize_measurements(model)
-        return written
-
-    def teardown(self) -> None:
-        from hpu_nb.core.fp8 import pending_measurements
-
-        pending = [ref() for ref in self._measuring]
-        if any(model is not None and model in pending_measurements() for model in pending):
-            rank_zero_warn(
-                "fp8 measurements were not written: they are written at the end of trainer.predict() or trainer.test(),"
-                " while the model is on the device. Run one of them with this plugin (fit() does not measure).")
-        super().teardown()
 
     def __repr__(self) -> str:
         lists = f", {self.op_lists!r}" if self.op_lists else ""

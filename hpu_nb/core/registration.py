@@ -2,8 +2,9 @@
 
 Lightning 2.6 removed its Gaudi support: `Trainer(accelerator="hpu")` raises "HPU is currently not supported" and
 an `HPUAccelerator()` instance silently gets a CPU SingleDeviceStrategy; Fabric picks a CPU strategy and CUDA's
-autocast. For the Trainer's connector and for Fabric's we wrap the same three methods (strategy choice, precision
-choice, the auto accelerator) and delegate to Lightning for everything that is not an HPU. The rules themselves live
+autocast. For the Trainer's connector and for Fabric's we wrap the same four methods (the flag check, which refuses
+precision="fp8"; strategy choice, precision choice, the auto accelerator) and delegate to Lightning for everything
+that is not an HPU. The rules themselves live
 in selection.py, once for both.
 `hpu_nb/_lightning_hook.py` runs `register_all()` as soon as Lightning is imported, whichever comes first; for the
 standalone `pytorch_lightning` / `lightning_fabric` packages it runs this module's translation (hpu_nb/_flavours.py).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import warnings
 from typing import Any
 
@@ -30,7 +32,8 @@ STRATEGY_MODULES = (
 
 FABRIC_STRATEGY_MODULES = ("hpu_nb.core.fabric.strategies",)
 
-_HOOKED_METHODS = ("_choose_strategy", "_check_and_init_precision", "_choose_auto_accelerator")
+_HOOKED_METHODS = ("_check_config_and_set_final_flags", "_choose_strategy", "_check_and_init_precision",
+                   "_choose_auto_accelerator")
 _registered = False
 
 
@@ -108,7 +111,8 @@ def install_connector_hook() -> bool:
         connector._validate_precision_choice()
         return selection.choose_precision(connector.strategy, connector._precision_flag, HPUPrecisionPlugin)
 
-    return _hook_connector(Connector, "Trainer", SingleHPUStrategy, precision_for_hpu)
+    return _hook_connector(Connector, "Trainer", SingleHPUStrategy, precision_for_hpu,
+                           ("_precision_flag", "_precision_plugin_flag"))
 
 
 def install_fabric_connector_hook() -> bool:
@@ -124,11 +128,16 @@ def install_fabric_connector_hook() -> bool:
             return None
         return selection.choose_precision(connector.strategy, connector._precision_input, HPUPrecision)
 
-    return _hook_connector(Connector, "Fabric", SingleHPUStrategy, precision_for_hpu)
+    return _hook_connector(Connector, "Fabric", SingleHPUStrategy, precision_for_hpu,
+                           ("_precision_input", "_precision_instance"))
 
 
-def _hook_connector(connector: Any, owner: str, single_strategy: type, precision_for_hpu: Any) -> bool:
-    """Wrap `_choose_strategy`, `_check_and_init_precision` and `_choose_auto_accelerator` of a connector class."""
+def _hook_connector(
+    connector: Any, owner: str, single_strategy: type, precision_for_hpu: Any, precision_attrs: tuple[str, str]
+) -> bool:
+    """Wrap `_check_config_and_set_final_flags` (for "fp8"), `_choose_strategy`, `_check_and_init_precision` and
+    `_choose_auto_accelerator` of a connector class. `precision_attrs`: the connector's precision flag and precision
+    plugin attributes."""
     if getattr(connector, "_hpu_nb_hooked", False):
         return True
     missing = [name for name in _HOOKED_METHODS if not hasattr(connector, name)]
@@ -147,9 +156,29 @@ def _hook_connector(connector: Any, owner: str, single_strategy: type, precision
         if missing:
             return False
 
+    original_flags = connector._check_config_and_set_final_flags
     original_choose_strategy = connector._choose_strategy
     original_precision = connector._check_and_init_precision
     original_auto = connector._choose_auto_accelerator
+
+    flags_signature = inspect.signature(original_flags)
+    flag_attr, plugin_attr = precision_attrs
+
+    @functools.wraps(original_flags)
+    def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = flags_signature.bind(self, *args, **kwargs)
+        precision, accelerator = call.arguments.get("precision"), call.arguments.get("accelerator")
+        kept = selection.hpu_only_precision(precision)
+        on_hpu = selection.is_hpu_accelerator(accelerator) or (accelerator in ("auto", None) and _real_gaudi_present())
+        if kept is None or not on_hpu:
+            return original_flags(self, *args, **kwargs)
+        call.arguments["precision"] = None  # a name Lightning does not know: it is set below instead
+        result = original_flags(*call.args, **call.kwargs)
+        if getattr(self, plugin_attr) is not None:
+            raise ValueError(f"Received both `precision={precision!r}` and `plugins={getattr(self, plugin_attr)}`."
+                             " Choose one.")
+        setattr(self, flag_attr, kept)
+        return result
 
     @functools.wraps(original_choose_strategy)
     def _choose_strategy(self: Any) -> Any:
@@ -171,11 +200,13 @@ def _hook_connector(connector: Any, owner: str, single_strategy: type, precision
             return "hpu"
         return original_auto(*args)
 
+    connector._check_config_and_set_final_flags = _check_config_and_set_final_flags
     connector._choose_strategy = _choose_strategy
     connector._check_and_init_precision = _check_and_init_precision
     connector._choose_auto_accelerator = staticmethod(_choose_auto_accelerator)
     connector._hpu_nb_hooked = True
     connector._hpu_nb_originals = {
+        "_check_config_and_set_final_flags": original_flags,
         "_choose_strategy": original_choose_strategy,
         "_check_and_init_precision": original_precision,
         "_choose_auto_accelerator": original_auto,

@@ -5,7 +5,7 @@ Called from the connector hooks in registration.py; kept apart so the rules are 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 PARALLEL_STRATEGY_NAME = "hpu_parallel"  # registered with the Trainer's and with Fabric's strategy registry
 
@@ -21,6 +21,16 @@ def choose_strategy(parallel_devices: list, num_nodes: int, single_strategy: typ
     if len(parallel_devices) <= 1 and num_nodes == 1:
         return single_strategy(device=parallel_devices[0] if parallel_devices else None)
     return PARALLEL_STRATEGY_NAME
+
+
+def hpu_only_precision(precision: Any) -> Optional[str]:
+    """The unified name of a precision only hpu_nb's HPU plugins run ("fp8"), else None.
+
+    Lightning's connectors refuse names they do not know before any precision plugin is chosen: given with an HPU
+    accelerator, the connector hook carries such a name past that check to choose_precision."""
+    from hpu_nb.core.precision import unify_precision
+
+    return "fp8" if unify_precision(precision) == "fp8" else None
 
 
 def choose_precision(strategy: Any, precision: Any, default_plugin: type) -> Any:

@@ -48,6 +48,7 @@ STRING_STRATEGIES = {"single": "hpu_single", "parallel": "hpu_parallel", "ddp": 
 MIXED = ("bf16-mixed", "16-mixed")
 FP8 = ("fp8", "fp8-measure", "fp8-quantize")
 FP8_INFERENCE = ("fp8-measure", "fp8-quantize")
+QUANTIZE_STRATEGIES = ("auto", "single", "deepspeed")  # one device; DeepSpeed quantizes after wrapping the model
 SETS_ITSELF = ("accelerator", "devices", "strategy", "precision", "plugins", "profiler", "callbacks")
 
 OpList = Union[Sequence[str], str, None]  # op names, or the path of a LOWER_LIST-style file
@@ -57,8 +58,8 @@ IMPORTS = {
     "L": "import lightning as L",
     "DeepSpeedCPUAdam": "from deepspeed.ops.adam import DeepSpeedCPUAdam",
 }
-HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedStrategy", "HPUFSDPStrategy", "HPUPrecisionPlugin", "HPUProfiler",
-                "MemoryMonitor")
+HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPStrategy",
+                "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
 
 
 @dataclass(frozen=True)
@@ -229,17 +230,19 @@ class TrainerConfig:
         if self.precision in FP8:
             if not gen.supports_fp8:
                 err("precision", f"fp8 is not supported on {gen.device_name}: it needs Gaudi2 or newer.")
-            if self.strategy in ("deepspeed", "fsdp"):
-                err("precision", f"fp8 is not available with the {self.strategy} strategy here; use single or "
-                                 "parallel / DDP.")
-            if self.precision in FP8_INFERENCE and not str(self.fp8_data_path).strip():
-                err("fp8_data_path", "fp8 inference needs a directory for the measurements.")
-            if self.precision == "fp8-quantize" and (self.strategy not in ("auto", "single") or self.devices != 1):
+            if self.strategy == "fsdp":
+                err("precision", "fp8 is not available with the fsdp strategy here; use single, parallel / DDP or "
+                                 "DeepSpeed.")
+            if self.precision in FP8_INFERENCE and self.strategy == "deepspeed" and self.deepspeed_stage == 3:
+                err("deepspeed_stage", "fp8 inference reads and quantizes whole weights, and ZeRO-3 partitions them: "
+                                       "choose ZeRO-0, 1 or 2 (the stage only matters for training).")
+            if self.precision == "fp8-quantize" and (self.strategy not in QUANTIZE_STRATEGIES or self.devices != 1):
                 err("precision", "quantized fp8 inference runs on one device: DDP would broadcast the fp8 weights, "
-                                 "which its collectives cannot carry. Choose 1 device and strategy auto or single.")
+                                 "which its collectives cannot carry. Choose 1 device and strategy auto, single or "
+                                 "DeepSpeed.")
             if self.precision == "fp8-quantize":
                 warn("precision", "quantize after measuring, in a new process (restart the kernel after the "
-                                  f"measurement run); the measurements are read from {self.fp8_data_path!r}.")
+                                  f"measurement run); the measurements are read from {self._fp8_dir_text}.")
         if self.relevant("autocast") and self.autocast != "plugin" and self.strategy in ("deepspeed", "fsdp"):
             warn("autocast", f"{self.strategy} manages precision itself; autocast in your own code is on top of it.")
 
@@ -304,7 +307,8 @@ class TrainerConfig:
                 for name in ("lower_list", "fp32_list"):
                     if getattr(self, name):
                         kwargs[name] = _op_value(getattr(self, name))
-            steps.append(Statement("plugin", Call("HPUPrecisionPlugin", _items(kwargs))))
+            plugin = "HPUDeepSpeedPrecisionPlugin" if self.strategy == "deepspeed" else "HPUPrecisionPlugin"
+            steps.append(Statement("plugin", Call(plugin, _items(kwargs))))
             convert = self._convert_call()
             if convert is not None:
                 comment, convert_kwargs = convert
@@ -339,16 +343,24 @@ class TrainerConfig:
         return steps
 
     def _convert_call(self) -> tuple[str, dict[str, Any]] | None:
-        """(comment, keyword arguments) of plugin.convert_modules for fp8, else None."""
+        """(comment, keyword arguments) of plugin.convert_modules for fp8, else None. A blank fp8_data_path is left
+        out: the measurements then live in $HABANA_LOGS, else <hpu_nb cache directory>/fp8."""
         if self.precision == "fp8":
             return "fp8 training: swaps nn.Linear layers for fp8 ones", {"replace_layers": True}
+        path = {"fp8_data_path": self.fp8_data_path} if str(self.fp8_data_path).strip() else {}
         if self.precision == "fp8-measure":
             return ("fp8 inference step 1: measure on some data (trainer.predict), then restart and quantize",
-                    {"inference": True, "quant": False, "fp8_data_path": self.fp8_data_path})
+                    {"inference": True, "quant": False, **path})
         if self.precision == "fp8-quantize":
             return ("fp8 inference step 2: quantize with the measurements (in a new process)",
-                    {"inference": True, "quant": True, "fp8_data_path": self.fp8_data_path})
+                    {"inference": True, "quant": True, **path})
         return None
+
+    @property
+    def _fp8_dir_text(self) -> str:
+        if str(self.fp8_data_path).strip():
+            return repr(self.fp8_data_path)
+        return "$HABANA_LOGS, else hpu_nb's default <cache directory>/fp8 (no fp8 data dir given)"
 
     def required_names(self) -> list[str]:
         """The public names the generated code uses (each comes with its import line)."""

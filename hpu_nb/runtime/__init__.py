@@ -23,6 +23,7 @@ __all__ = [
     "Generation",
     "HPUNotAvailableError",
     "Versions",
+    "cache_dir",
     "get_backend",
     "is_out_of_memory",
     "reset_backend",
@@ -40,6 +41,7 @@ _LAZY = {
     "is_out_of_memory": "hpu_nb.runtime.base",
     "GENERATIONS": "hpu_nb.runtime.generations",
     "Generation": "hpu_nb.runtime.generations",
+    "cache_dir": "hpu_nb.runtime.hpu_device.build",  # hpu_nb's cache directory (HPU_NB_CACHE_DIR, ~/.cache/hpu_nb)
 }
 
 

@@ -8,10 +8,13 @@ real fp8 numerics on the CPU (float8 casts and torch._scaled_mm) on the emulated
 from hpu_nb.core.fp8.convert import convert_modules, fp8_autocast, replace_linear_layers, require_fp8, to_te_recipe
 from hpu_nb.core.fp8.inference import (
     Fp8InferenceError,
+    InferencePlan,
+    apply_inference,
     finalize_measurements,
     make_config,
     normalize_config,
     pending_measurements,
+    plan_inference,
     state_of,
 )
 from hpu_nb.runtime.fp8.emulated import Fp8Linear, Fp8QuantLinear, emulated_fp8_autocast, fp8_enabled
@@ -24,6 +27,8 @@ __all__ = [
     "Fp8InferenceError",
     "Fp8Linear",
     "Fp8QuantLinear",
+    "InferencePlan",
+    "apply_inference",
     "convert_modules",
     "emulated_fp8_autocast",
     "finalize_measurements",
@@ -33,6 +38,7 @@ __all__ = [
     "matmul_path",
     "normalize_config",
     "pending_measurements",
+    "plan_inference",
     "replace_linear_layers",
     "require_fp8",
     "state_of",

@@ -13,6 +13,10 @@ config recorded earlier (a moved folder still works; a stale old folder is never
 is fixed when the model is converted: a process that knows its rank then (torch.distributed, or LOCAL_RANK /
 WORLD_SIZE) reads and writes `_<rank>_<world>`, otherwise the file without a suffix.
 
+Without fp8_data_path the directory is $HABANA_LOGS, else `<hpu_nb cache directory>/fp8` ($HPU_NB_CACHE_DIR, else
+~/.cache/hpu_nb; the same for the measuring and the quantizing process), as the seed's example passes no path; which
+one was chosen is logged once.
+
 The measurement and quantization themselves are the device's fp8 engine's (Intel Neural Compressor on a Gaudi, the
 emulation otherwise); the measurements are written while the model is still on the device (the strategies call
 `finalize_measurements` in on_predict_end / on_test_end, as lightning-habana did).
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.fp8 import Fp8EngineError
@@ -39,6 +44,7 @@ MEASURE_CONFIG = "maxabs_measure.json"
 QUANT_CONFIG = "maxabs_quant.json"
 QUANT_CONFIG_ENV = "QUANT_CONFIG"
 DUMP_STATS_SUBPATH = ("inc_output", "measure")
+DEFAULT_SUBDIR = "fp8"  # under hpu_nb's cache directory, when neither fp8_data_path nor HABANA_LOGS is given
 MODES = ("QUANTIZE", "MEASURE", "SHAPE", "LOAD", "NONE")  # INC's QuantMode; hpu_nb runs MEASURE and QUANTIZE
 OBSERVERS = ("maxabs", "maxabs_per_channel", "shape", "save")
 SCALE_METHODS = (  # INC's ScaleMethodString names, lower-cased
@@ -55,6 +61,7 @@ class Fp8InferenceError(RuntimeError):
 
 
 _measured_in_this_process = False
+_announced: set[tuple[str, Path]] = set()  # directories chosen without fp8_data_path, said once each
 
 
 @dataclass
@@ -139,16 +146,33 @@ def _list_setting(value: Any, key: str, origin: str) -> dict[str, list[str]]:
     return result
 
 
+def default_data_dir() -> Path:
+    """Where measurements live when neither fp8_data_path nor HABANA_LOGS says: `<hpu_nb cache directory>/fp8`.
+
+    The cache directory is $HPU_NB_CACHE_DIR, else $XDG_CACHE_HOME/hpu_nb, else ~/.cache/hpu_nb: the same for the
+    measuring and the quantizing process."""
+    from hpu_nb.runtime import cache_dir
+
+    return cache_dir() / DEFAULT_SUBDIR
+
+
 def data_dir(fp8_data_path: Optional[str]) -> Path:
-    """Where measurements live: fp8_data_path, else HABANA_LOGS; never inside the installed hpu_nb package."""
-    chosen = fp8_data_path or os.environ.get("HABANA_LOGS")
-    if not chosen:
-        raise ValueError("fp8 inference needs a place for measurements: pass fp8_data_path=... (or set HABANA_LOGS).")
+    """Where measurements live: fp8_data_path; else $HABANA_LOGS; else `<hpu_nb cache directory>/fp8`
+    (default_data_dir). Never inside the installed hpu_nb package. When it was not given, says once which it chose."""
+    if fp8_data_path:
+        chosen, why = fp8_data_path, None
+    elif os.environ.get("HABANA_LOGS"):
+        chosen, why = os.environ["HABANA_LOGS"], "$HABANA_LOGS"
+    else:
+        chosen, why = str(default_data_dir()), "hpu_nb's default, <cache directory>/fp8; set HABANA_LOGS to change it"
     path = Path(chosen).expanduser().resolve()
     package = Path(__file__).resolve().parents[2]
     if path == package or package in path.parents:
         raise ValueError(f"fp8_data_path={str(chosen)!r} is inside the installed hpu_nb package ({package}); choose a"
                          " directory of your own.")
+    if why is not None and (why, path) not in _announced:
+        _announced.add((why, path))
+        rank_zero_info(f"fp8 inference: no fp8_data_path given; measurements live in {path} ({why}).")
     return path
 
 
@@ -259,25 +283,57 @@ def _step_config(path: Path, quant: Union[bool, str, dict]) -> tuple[dict, str]:
     return config, config["mode"]
 
 
+@dataclass(frozen=True)
+class InferencePlan:
+    """What convert_modules(inference=True) decided before touching a model: the step, its directory and config.
+
+    Made up front (so a missing config, an unusable setting or quantizing after measuring fail at once) and applied to
+    the model then or, with DeepSpeed, once DeepSpeed has wrapped it (`apply_inference`)."""
+
+    mode: str  # "MEASURE" or "QUANTIZE"
+    path: Path
+    config: dict
+
+
+def plan_inference(quant: Union[bool, str, dict], fp8_data_path: Optional[str]) -> InferencePlan:
+    """The fp8 inference step `quant` asks for (the config's mode decides), checked against the engine in force."""
+    path = data_dir(fp8_data_path)
+    config, mode = _step_config(path, quant)
+    config["dump_stats_path"] = str(dump_stats_path(path))  # from this step's fp8_data_path, always
+    try:
+        get_backend().fp8_engine().check_inference_config(config)
+    except Fp8EngineError as err:
+        raise Fp8InferenceError(str(err)) from None
+    if mode == "QUANTIZE":
+        _refuse_quantizing_after_measuring()
+    return InferencePlan(mode, path, config)
+
+
+def _refuse_quantizing_after_measuring() -> None:
+    if _measured_in_this_process:
+        raise Fp8InferenceError(
+            "fp8 measurement and quantization cannot run in one process (as on a Gaudi): this process measured. "
+            "Restart the kernel (or run a new process) and convert with quant=True there.")
+
+
 def prepare_inference(
     model: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
 ) -> torch.nn.Module:
     """Set `model` up to measure or to run quantized (the config's mode decides); returns the model to use."""
+    return apply_inference(model, plan_inference(quant, fp8_data_path))
+
+
+def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Module:
+    """Set `model` up for a planned step: measure (hooks, config files written) or quantize from the measurements.
+
+    The rank suffix of the measurement file is fixed here, as INC fixes it when it converts. Returns the model to use.
+    """
     global _measured_in_this_process
-    path = data_dir(fp8_data_path)
-    config, mode = _step_config(path, quant)
-    config["dump_stats_path"] = str(dump_stats_path(path))  # from this step's fp8_data_path, always
+    path, config = plan.path, copy.deepcopy(plan.config)
     engine = get_backend().fp8_engine()
-    try:
-        engine.check_inference_config(config)
-    except Fp8EngineError as err:
-        raise Fp8InferenceError(str(err)) from None
     rank_world = rank_and_world()
-    if mode == "QUANTIZE":
-        if _measured_in_this_process:
-            raise Fp8InferenceError(
-                "fp8 measurement and quantization cannot run in one process (as on a Gaudi): this process measured. "
-                "Restart the kernel (or run a new process) and convert with quant=True there.")
+    if plan.mode == "QUANTIZE":
+        _refuse_quantizing_after_measuring()
         expected = measurement_file(config, rank_world)
         if not expected.is_file():
             present = _present_measurements(config)

@@ -13,9 +13,14 @@ from __future__ import annotations
 import copy
 import json
 import os
+import weakref
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
+import torch
+
+from lightning.fabric.strategies.deepspeed import _format_precision_config
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
 from lightning.pytorch.strategies.ddp import DDPStrategy
@@ -25,6 +30,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
+from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
@@ -33,7 +39,10 @@ __all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "require_deeps
 
 EXTRA_HINT = "pip install 'hpu_nb[deepspeed]'"
 ZERO_STAGES = (0, 1, 2, 3)
-DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
+DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "fp8")
+# What DeepSpeed itself runs for a precision it has no name for: with "fp8", the fp8 layers run in fp8 autocast and
+# the rest in bf16 (as autocast_dtype("fp8")): DeepSpeed's bf16 section, bf16 inputs, as for "bf16-mixed".
+ENGINE_PRECISION = {"fp8": "bf16-mixed"}
 
 
 def require_deepspeed() -> None:
@@ -48,25 +57,94 @@ def require_deepspeed() -> None:
         ) from None
 
 
-class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
-    """DeepSpeed precision for HPU: "32-true", "bf16-mixed" ("bf16"), "bf16-true", "16-mixed" (Gaudi2 and newer)."""
+class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
+    """DeepSpeed precision for HPU: "32-true", "bf16-mixed" ("bf16"), "bf16-true", "16-mixed" and "fp8" (Gaudi2+).
 
-    def __init__(self, precision: str | int = "32-true") -> None:
-        super().__init__(_validate_deepspeed_precision(precision))  # type: ignore[arg-type]
+    With "fp8", DeepSpeed runs in bf16 (its config's bf16 section) and `convert_modules` works as
+    HPUPrecisionPlugin's: replace_layers=True swaps nn.Linear for fp8 layers, whose forward runs in fp8 autocast;
+    inference=True measures (quant=False) or quantizes (quant=True). The inference conversion is checked at once and
+    applied when trainer.predict / test / validate has wrapped the model in DeepSpeed (as lightning-habana did), so
+    DeepSpeed's bf16 cast and hook removal come before it; measurements are written at the end of predict / test.
+    fp8 inference reads whole weights: not on ZeRO stage 3's partitioned ones (a clear error when predict starts).
+
+    Args:
+        precision: as above.
+        device: kept for lightning-habana compatibility.
+        recipe / replace_layers: as HPUPrecisionPlugin's, with precision="fp8".
+    """
+
+    def __init__(
+        self, precision: str | int = "32-true", device: str = "hpu", recipe: Any = None, replace_layers: bool = False
+    ) -> None:
+        unified = _validate_deepspeed_precision(precision)
+        super().__init__(ENGINE_PRECISION.get(unified, unified))  # type: ignore[arg-type]
+        self.precision = unified  # type: ignore[assignment]
+        self.device = device
+        self._init_fp8(recipe, replace_layers)
+        self._planned: list[tuple[weakref.ref, Any]] = []  # inference conversions waiting for DeepSpeed's wrapping
+
+    @property
+    def engine_precision(self) -> str:
+        """The precision DeepSpeed's config is written for ("bf16-mixed" for "fp8")."""
+        return ENGINE_PRECISION.get(self.precision, self.precision)
+
+    @override
+    def forward_context(self) -> AbstractContextManager:
+        if self.precision == "fp8":  # as HPUPrecisionPlugin's: autocast on "hpu" in bf16, and fp8 autocast
+            return autocast_context(self.precision, recipe=self.recipe)
+        return super().forward_context()  # DeepSpeed casts the model and the inputs itself
+
+    @override
+    def _convert_for_inference(
+        self, module: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
+    ) -> torch.nn.Module:
+        from hpu_nb.core import fp8
+
+        fp8.require_fp8()
+        self._planned.append((weakref.ref(module), fp8.plan_inference(quant, fp8_data_path)))
+        return module
+
+    @property
+    def has_planned_conversions(self) -> bool:
+        """Whether fp8 inference conversions wait for DeepSpeed's wrapping."""
+        return any(ref() is not None for ref, _ in self._planned)
+
+    def apply_planned_conversions(self, root: torch.nn.Module) -> torch.nn.Module:
+        """Apply the planned fp8 inference conversions of `root` (the model DeepSpeed wraps) or of its submodules;
+        returns the model DeepSpeed should run (`root`, unless a Gaudi toolkit handed back a new one)."""
+        from hpu_nb.core import fp8
+
+        waiting = []
+        for ref, plan in self._planned:
+            module = ref()
+            if module is None:
+                continue
+            if module is not root and all(m is not module for m in root.modules()):
+                waiting.append((ref, plan))
+                continue
+            converted = self._track(fp8.apply_inference(module, plan))
+            if converted is not module and module is root:
+                root = converted
+            elif converted is not module:
+                raise fp8.Fp8InferenceError(
+                    f"fp8 inference returned a new {type(converted).__name__} for a submodule of the DeepSpeed model;"
+                    " convert the LightningModule itself with HPUDeepSpeedPrecisionPlugin.convert_modules().")
+        self._planned = waiting
+        return root
 
 
 def _validate_deepspeed_precision(precision: Any) -> str:
-    if precision == "bf16-true":
-        return "bf16-true"
-    from hpu_nb.core.precision import validate_precision
+    from hpu_nb.core.precision import unify_precision, validate_precision
 
-    unified = validate_precision(precision)
+    unified = unify_precision(precision)
     if unified not in DEEPSPEED_PRECISIONS:
         raise ValueError(
             f"precision={precision!r} is not supported with DeepSpeed on HPU; choose one of:"
-            f" {', '.join(DEEPSPEED_PRECISIONS)} (fp8 works with HPUPrecisionPlugin and HPUParallelStrategy)."
+            f" {', '.join(DEEPSPEED_PRECISIONS)}."
         )
-    return unified
+    if unified == "bf16-true":  # DeepSpeed's own; HPUPrecisionPlugin does not run it
+        return unified
+    return validate_precision(precision)  # the Gaudi generation's checks (fp16, fp8)
 
 
 def _inference_keys() -> set[str]:
@@ -187,6 +265,41 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             rank_zero_info(f"The DeepSpeed config enables {wanted.split('-')[0]}: training with precision={wanted!r}.")
             self.precision_plugin = HPUDeepSpeedPrecisionPlugin(wanted)
 
+    # -- fp8: DeepSpeed runs the rest in bf16 (the plugin's engine precision) -------------------------------------
+    @override
+    def _format_config(self) -> None:
+        super()._format_config()
+        plugin = self.precision_plugin
+        engine_precision = getattr(plugin, "engine_precision", plugin.precision)
+        if engine_precision == plugin.precision:
+            return
+        assert isinstance(self.config, dict)
+        if (self.config.get("fp16") or {}).get("enabled"):
+            raise MisconfigurationException(
+                f"precision={plugin.precision!r} runs DeepSpeed in bf16, but the DeepSpeed config enables fp16: remove"
+                " its 'fp16' section (or enable 'bf16' instead)."
+            )
+        _format_precision_config(self.config, engine_precision, self.loss_scale, self.loss_scale_window,
+                                 self.min_loss_scale, self.initial_scale_power, self.hysteresis)
+
+    def _refuse_fp8_inference_on_partitioned_weights(self) -> None:
+        """fp8 inference reads and quantizes whole weights; ZeRO-3 leaves each device a shard outside forward."""
+        plugin = self.precision_plugin
+        if isinstance(plugin, HPUDeepSpeedPrecisionPlugin) and plugin.has_planned_conversions:
+            raise MisconfigurationException(
+                "fp8 inference (measure or quantize) with DeepSpeed needs whole weights on each device, and ZeRO stage"
+                " 3 partitions them. Predict / test with HPUDeepSpeedStrategy(stage=2) (or 0 / 1): the stage only"
+                " matters for training."
+            )
+
+    def _apply_planned_fp8_conversions(self) -> None:
+        """fp8 inference conversions wait for DeepSpeed's wrapping (its bf16 cast and hook removal come first)."""
+        if isinstance(self.precision_plugin, HPUDeepSpeedPrecisionPlugin):
+            module = self.model.module
+            converted = self.precision_plugin.apply_planned_conversions(module)
+            if converted is not module:
+                self.model.module = converted
+
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
     @override
     def setup_environment(self) -> None:
@@ -233,7 +346,10 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         if self.inference_kwargs or inference_only:  # DeepSpeed's inference engine (tensor parallel, kernels, dtype)
             remove_module_hooks(model)
             self.model = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
+            self._apply_planned_fp8_conversions()
             return
+        if self.zero_stage_3:
+            self._refuse_fp8_inference_on_partitioned_weights()
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
         for key in ("fp16", "bf16"):
             if key in self.config:
@@ -246,6 +362,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             args=self._deepspeed_args(), config=inference_config, model=model, optimizer=None,
             lr_scheduler=None, model_parameters=[], dist_init_required=False,
         )
+        self._apply_planned_fp8_conversions()
 
     def _deepspeed_args(self) -> Any:
         """Lightning passes the CUDA device index; an HPU (or emulated) process is named by its local rank."""
