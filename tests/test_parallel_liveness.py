@@ -42,7 +42,14 @@ def start_fit(out: Path, *args: str, collective_timeout: float = COLLECTIVE_TIME
     return subprocess.Popen(
         [sys.executable, str(FIT), "--out", str(out), "--devices", "2", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(out.parent),
+        # as from a terminal: a test run started in the background of a non-interactive shell (`make test &`)
+        # ignores SIGINT, and its children would inherit that and never see the interrupt this file sends
+        preexec_fn=_interruptible,
     )
+
+
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
