@@ -224,9 +224,12 @@ def _check_form(lab) -> None:  # noqa: ANN001
 
     pick("precision", "fp8 training (Gaudi2+)")
     settle("replace_layers=True")
-    pick("strategy", "DeepSpeed ZeRO (HPUDeepSpeedStrategy)")
-    settle("fp8 is not available with the deepspeed strategy")  # an error on precision, which stays enabled
+    pick("strategy", "FSDP (HPUFSDPStrategy)")
+    settle("fp8 is not available with the fsdp strategy")  # an error on precision, which stays enabled
     assert form.locator(".hpu-cfg-issue[data-field='precision']").count() == 1
+    pick("strategy", "DeepSpeed ZeRO (HPUDeepSpeedStrategy)")
+    settle('HPUDeepSpeedPrecisionPlugin(precision="fp8")')  # fp8 training with DeepSpeed: valid
+    assert form.locator(".hpu-cfg-panel").get_attribute("data-errors") == "0"  # (a one-device hint may remain)
     pick("precision", "bf16-mixed")
     form.locator(".hpu-cfg-row-offload_optimizer input[type=checkbox]").check()
     settle("DeepSpeedCPUAdam(model.parameters()")
