@@ -277,3 +277,9 @@ def _undo_torch_changes(originals: dict[str, Any]) -> None:
         backend.backend_type_map.pop("hccl", None)
         backend.backend_capability.pop("hccl", None)
         backend._plugins.pop("HCCL", None)
+        from hpu_nb.runtime import hpu_device
+
+        if hpu_device.is_loaded():  # the emulated Gaudi came into use meanwhile: its "hccl" stays, as it registers it
+            from hpu_nb.runtime.hpu_device import hccl
+
+            hccl.register()

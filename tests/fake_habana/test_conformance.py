@@ -389,7 +389,10 @@ def test_device_facts_pyhlml_bytes_names_bytes_memory_milliwatts(make_fake_gaudi
 def test_uninstall_puts_back_torch_and_the_emulated_surface():
     from hpu_nb.runtime import get_backend
 
-    get_backend()  # the emulated Gaudi, loaded before the fake
+    from hpu_nb.runtime import hpu_device
+
+    get_backend()
+    hpu_device.load()  # the emulated Gaudi in use before the fake (loading its device registers "hccl")
     emulated_hpu = torch.hpu
     with install_fake_habana():
         import habana_frameworks.torch  # noqa: F401

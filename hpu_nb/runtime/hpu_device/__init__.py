@@ -162,9 +162,12 @@ def announce() -> bool:
     the emulated Gaudi announces itself when first used (load). False when the library is not built."""
     import torch
 
+    from hpu_nb.runtime.hpu_device import backward
+
     if not load_library_if_built():
         return False
     torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
+    backward.install()  # so any backward on hpu runs on its calling thread, whatever uses the device first
     return True
 
 
