@@ -16,7 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 pytest.importorskip("deepspeed")
 
@@ -26,32 +26,8 @@ EPOCHS = 3
 RUN_TIMEOUT = 150
 
 
-# -- models and data (the script imports them) ------------------------------------------------------------------------
-class MLP(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                                       torch.nn.ReLU(), torch.nn.Linear(64, 1))
-        self.losses: list[float] = []
-        self.out_dtypes: set[torch.dtype] = set()
-
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
-        x, y = batch
-        out = self.net(x)
-        self.out_dtypes.add(out.dtype)
-        loss = torch.nn.functional.mse_loss(out.float(), y.float())
-        self.losses.append(loss.item())
-        return loss
-
-    def configure_optimizers(self):  # noqa: ANN201
-        return torch.optim.Adam(self.parameters(), lr=3e-3)
-
-
-def train_data() -> DataLoader:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(1024, 32, generator=g)
-    y = torch.sin(x @ torch.randn(32, 1, generator=g) / 4) + 0.1 * x[:, :1] ** 2
-    return DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(1))
+# -- models and data (the script imports them): the fp8 training tests' model and data, with and without DeepSpeed --
+from tests.test_fp8_training import MLP, train_data  # noqa: E402,F401  (train_data: for ds_fp8.py)
 
 
 def make_regressor() -> torch.nn.Module:

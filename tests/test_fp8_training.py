@@ -97,7 +97,7 @@ class MLP(L.LightningModule):
         x, y = batch
         out = self.net(x)
         self.out_dtypes.add(out.dtype)
-        loss = torch.nn.functional.mse_loss(out.float(), y)
+        loss = torch.nn.functional.mse_loss(out.float(), y.float())  # y arrives in bf16 under DeepSpeed
         self.losses.append(loss.item())
         return loss
 
@@ -105,7 +105,7 @@ class MLP(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=3e-3)
 
 
-def _data() -> DataLoader:
+def train_data() -> DataLoader:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1024, 32, generator=g)
     y = torch.sin(x @ torch.randn(32, 1, generator=g) / 4) + 0.1 * x[:, :1] ** 2
@@ -117,7 +117,8 @@ def _train(plugin: HPUPrecisionPlugin, fp8: bool) -> MLP:
     model = MLP()
     if fp8:
         plugin.convert_modules(model, replace_layers=True, recipe=DelayedScaling())
-    L.Trainer(accelerator="hpu", devices=1, plugins=[plugin], **quiet_trainer_kwargs(max_epochs=6)).fit(model, _data())
+    trainer = L.Trainer(accelerator="hpu", devices=1, plugins=[plugin], **quiet_trainer_kwargs(max_epochs=6))
+    trainer.fit(model, train_data())
     return model
 
 
