@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 import hpu_nb.runtime as runtime
+from tests.cpu_info_once import ask_cpu_info_once
+
+ask_cpu_info_once()
 
 HPU_ENV = (
     "HPU_NB_BACKEND",
@@ -49,3 +52,4 @@ def _restore_default_autocast_lists() -> None:
 
 # The fake habana_frameworks (a Gaudi we don't have) and a fake hl-smi, for the Gaudi-path tests.
 from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, no_gaudi  # noqa: E402, F401
+

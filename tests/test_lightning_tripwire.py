@@ -77,6 +77,9 @@ FINGERPRINTS = [
      "strategies/deepspeed.HPUDeepSpeedStrategy._format_config: extends it (fp8: the config's bf16 section)"),
     ("lightning.fabric.strategies.deepspeed", "_format_precision_config", "f4b00730bca1f6e7",
      "strategies/deepspeed.HPUDeepSpeedStrategy._format_config: called with the plugin's engine precision"),
+    ("lightning.pytorch.trainer.connectors.callback_connector", "_CallbackConnector._attach_model_logging_functions",
+     "f9247c99e02d7a51", "notebook/memory_monitor.MemoryMonitor._release_the_model: drops the `log` / `log_dict` "
+     "attributes this sets on every callback (they pin the model and Trainer to a chart that outlives the run)"),
     ("lightning.pytorch.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "e54fd0bd3bd9fcd2",
      "strategies/fsdp.fsdp_mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "ffb119428db67169",

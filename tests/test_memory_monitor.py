@@ -313,6 +313,22 @@ def test_the_callback_owns_its_widget() -> None:
     assert trainer.state.finished and monitor.chart.status == "done" and monitor.status == "done"
 
 
+def test_the_chart_outliving_the_run_keeps_neither_model_nor_trainer() -> None:
+    """ipywidgets keeps every live widget, and the chart reaches its monitor: the monitor must not reach the run."""
+    import gc
+    import weakref
+
+    monitor = MemoryMonitor(update_interval=0, auto_display=False)
+    model = LinearModel(FEATURES)
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs(max_epochs=1))
+    trainer.fit(model, regression_data(n=32, features=FEATURES))
+    gone_model, gone_trainer = weakref.ref(model), weakref.ref(trainer)
+    del model, trainer
+    gc.collect()
+    assert monitor.chart is not None and monitor.status == "done"  # the chart is still there, as in a notebook
+    assert gone_model() is None and gone_trainer() is None
+
+
 def test_ranks_memory_is_gathered_every_logged_step() -> None:
     import torch
 

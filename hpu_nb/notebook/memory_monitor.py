@@ -397,6 +397,16 @@ class MemoryMonitor(Callback):
         self._guard(self._set, status=status, summary=TrainingSummary(self).text())
         if self.detached is None:
             self._guard(self._update_displays)
+        self._release_the_model()
+
+    def _release_the_model(self) -> None:
+        """Forget the `log` / `log_dict` Lightning attached (bound to the LightningModule, which holds its Trainer).
+
+        The chart outlives the run (ipywidgets keeps every live widget, and the widget reaches this monitor through
+        its message handler), so without this each training cell would keep its model, Trainer and device memory.
+        """
+        for name in ("log", "log_dict"):  # Lightning's _CallbackConnector._attach_model_logging_functions
+            vars(self).pop(name, None)
 
     def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         """Run a front-end operation; on failure say so once and stop sending to the front end."""
