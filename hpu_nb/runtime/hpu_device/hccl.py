@@ -7,6 +7,7 @@ host memory, so results land in the hpu tensors with no copy.
 
 from __future__ import annotations
 
+import atexit
 from datetime import timedelta
 from typing import Any, Iterable
 
@@ -204,7 +205,31 @@ class _BackendView:
 
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedHCCL:
+    _destroy_groups_at_exit()
     return EmulatedHCCL(store, rank, size, timeout)
+
+
+_destroy_registered = False
+
+
+def _destroy_groups_at_exit() -> None:
+    """Destroy the process groups while the interpreter is still whole, if the program did not.
+
+    gloo's worker threads can still hold finished work (with tensors and Python callbacks) when a program ends without
+    `destroy_process_group()`; destroyed during interpreter finalization they abort the process ("terminate called
+    without an active exception", torch issue 190489): seen here as a 2-card Fabric FSDP script that trained and then
+    died with SIGABRT about one run in twenty. Lightning destroys its groups at exit for NCCL only. A rank that must
+    end at once (liveness) leaves by os._exit, which runs no atexit handler.
+    """
+    global _destroy_registered
+    if not _destroy_registered:
+        _destroy_registered = True
+        atexit.register(_destroy_if_initialized)
+
+
+def _destroy_if_initialized() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def register() -> None:
