@@ -1,9 +1,10 @@
 """torch's device-backend autoload entry point (group `torch.backends`), run by `import torch` once hpu_nb is installed.
 
 What Habana's software does on a Gaudi since 1.18, hpu_nb does for the emulated Gaudi: by the end of `import torch`,
-`Trainer(accelerator="hpu")` and `habana_frameworks` / `torch.hpu` resolve without `import hpu_nb`, and the emulated
-device's library (when built) is loaded before any code can ask torch which accelerators exist. It costs a few ms
-and touches no device (benchmarks/bench_autoload.py measures it). Off with HPU_NB_AUTOLOAD=0 (read by the entry point
+`Trainer(accelerator="hpu")` and `habana_frameworks` resolve without `import hpu_nb`, `torch.hpu` exists (its module
+is imported at first use), and the emulated device's library (when built) is loaded before any code can ask torch
+which accelerators exist; its kernels are registered when the device is first used. It costs a few ms and touches
+no device (benchmarks/bench_autoload.py measures it). Off with HPU_NB_AUTOLOAD=0 (read by the entry point
 module, `_hpu_nb_autoload`, before hpu_nb is imported) or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0.
 """
 
@@ -18,10 +19,11 @@ def load() -> None:
     if os.environ.get(AUTOLOAD_ENV, "1").strip() == "0":
         return
     import hpu_nb  # noqa: F401  (Lightning learns "hpu" when imported; the emulated habana_frameworks is findable)
-    from hpu_nb.runtime.emulated_habana import real_habana_spec
+    from hpu_nb.runtime import emulated_habana
 
-    if real_habana_spec() is not None:
+    if emulated_habana.real_habana_spec() is not None:
         return  # Habana's software provides the hpu device (its own autoload entry point loads it)
+    emulated_habana.install_torch_hpu()
     from hpu_nb.runtime import hpu_device
 
     try:

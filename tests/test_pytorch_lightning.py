@@ -118,6 +118,23 @@ def test_a_fresh_python_that_never_imports_hpu_nb_builds_an_hpu_trainer(package)
                       else "hpu_nb._standalone.core.strategies.single")
 
 
+def test_after_import_torch_alone_torch_hpu_is_there_as_on_a_gaudi_and_the_device_waits_for_its_first_use():
+    """Habana's autoload (1.18+) imports its hpu module with torch: Gaudi code uses torch.hpu with nothing else
+    imported. The emulated device's kernels (most of the autoload's cost) wait for the first use."""
+    result = _fresh_python("""
+        import io, sys, torch
+        print(torch.accelerator.current_accelerator(), "habana_frameworks.torch.hpu" in sys.modules)
+        print(torch.hpu.is_available(), torch.hpu.device_count() >= 1)
+        saved = io.BytesIO()
+        torch.save({"w": torch.arange(3.0)}, saved)
+        saved.seek(0)
+        w = torch.load(saved, map_location="hpu")["w"]
+        print(w.device, w.tolist(), torch.hpu is sys.modules["habana_frameworks.torch.hpu"])
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-3:] == ["None False", "True True", "hpu:0 [0.0, 1.0, 2.0] True"]
+
+
 def test_the_autoload_can_be_switched_off():
     result = _fresh_python("""
         import sys, torch

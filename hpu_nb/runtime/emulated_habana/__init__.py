@@ -13,6 +13,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import types
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -85,3 +86,20 @@ def install() -> None:
     """Let `import habana_frameworks` / `import torch.hpu` fall back to the emulated surface (idempotent, cheap)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
+
+
+class _TorchHpuPlaceholder(types.ModuleType):
+    """`torch.hpu` from `import torch` on, as on a Gaudi, whose autoload imports Habana's hpu module: Gaudi code calls
+    `torch.hpu.is_available()` or `torch.load(..., map_location="hpu")` with nothing else imported. The emulated
+    module is imported at the first attribute asked for (importing it loads the device's kernels, tens of ms that
+    most `import torch` never need) and then replaces this placeholder as `torch.hpu`."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(importlib.import_module(HPU_MODULE), name)
+
+
+def install_torch_hpu() -> None:
+    """Give an imported torch its `torch.hpu` where Habana's software is absent (torch's autoload calls this)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and "hpu" not in vars(torch) and real_habana_spec() is None:
+        torch.hpu = _TorchHpuPlaceholder("torch.hpu", "The emulated Gaudi's torch.hpu (loaded on first use).")

@@ -687,6 +687,50 @@ void reset_peak_memory_stats() {
   m.max_alloc_size = 0;
 }
 
+// The kernels: registered when the emulated Gaudi is first used (activate), not when the library is loaded. The
+// library is loaded by `import torch` (the autoload) so that its HPU hooks come first; registering a fallback walks
+// every operator's dispatch table (about 4 ms each, measured), and most processes that import torch never use hpu.
+bool has_dedicated_kernel(const std::string& name) {
+  static const std::vector<std::string> dedicated = {
+      "aten::empty", "aten::empty_strided", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_",
+      "aten::resize_", "aten::set_", "aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::unfold",
+      "aten::_to_copy", "aten::to", "aten::record_stream"};
+  return std::find(dedicated.begin(), dedicated.end(), name) != dedicated.end();
+}
+
+void register_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // kept for the life of the process: a torch::Library removes its registrations when destroyed
+    static auto* libraries = new std::vector<std::unique_ptr<torch::Library>>();
+    auto fallback = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::HPU, __FILE__,
+                                                     __LINE__);
+    fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&hpu_fallback>());
+    libraries->push_back(std::move(fallback));
+    libraries->push_back(register_cpu_kernel_ops());
+    auto m = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
+    m->impl("empty.memory_format", &hpu_empty);
+    m->impl("empty_strided", &hpu_empty_strided);
+    m->impl("_copy_from", &hpu_copy_from);
+    m->impl("_copy_from_and_resize", &hpu_copy_from_and_resize);
+    m->impl("resize_", TORCH_FN(at::native::resize_));
+    m->impl("set_.source_Storage", TORCH_FN(at::native::set_));
+    m->impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_cpu_));
+    m->impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+    m->impl("set_", &hpu_set_empty);
+    m->impl("record_stream", &hpu_record_stream);
+    m->impl("view", TORCH_FN(at::native::view));
+    m->impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+    m->impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+    m->impl("unfold", TORCH_FN(at::native::unfold));
+    libraries->push_back(std::move(m));
+    auto autocast = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::AutocastHPU,
+                                                     __FILE__, __LINE__);
+    autocast->fallback(torch::CppFunction::makeFallthrough());
+    libraries->push_back(std::move(autocast));
+  });
+}
+
 // The emulated Gaudi is in use in this process; returns whether torch consults this library's HPU hooks (it does
 // unless something asked torch about HPUs before the library was loaded).
 //
@@ -697,6 +741,7 @@ void reset_peak_memory_stats() {
 // the guard reports no card, and starts none. A process that already ran a backward with this library loaded keeps
 // the threads it has.
 bool activate() {
+  register_kernels();
   g_active = true;
   g_guard_device_count = 0;
   try {
@@ -732,44 +777,6 @@ at::Tensor host_alias(const at::Tensor& t) {
 namespace at {
 C10_REGISTER_CLASS(HPUHooksRegistry, HPUHooks, hpu_nb::HPUHooks);
 }  // namespace at
-
-TORCH_LIBRARY_IMPL(_, HPU, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpu_nb::hpu_fallback>());
-}
-
-namespace hpu_nb {
-namespace {
-bool has_dedicated_kernel(const std::string& name) {
-  static const std::vector<std::string> dedicated = {
-      "aten::empty", "aten::empty_strided", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::copy_",
-      "aten::resize_", "aten::set_", "aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::unfold",
-      "aten::_to_copy", "aten::to", "aten::record_stream"};
-  return std::find(dedicated.begin(), dedicated.end(), name) != dedicated.end();
-}
-const std::unique_ptr<torch::Library> g_cpu_kernel_ops = register_cpu_kernel_ops();
-}  // namespace
-}  // namespace hpu_nb
-
-TORCH_LIBRARY_IMPL(aten, HPU, m) {
-  m.impl("empty.memory_format", &hpu_nb::hpu_empty);
-  m.impl("empty_strided", &hpu_nb::hpu_empty_strided);
-  m.impl("_copy_from", &hpu_nb::hpu_copy_from);
-  m.impl("_copy_from_and_resize", &hpu_nb::hpu_copy_from_and_resize);
-  m.impl("resize_", TORCH_FN(at::native::resize_));
-  m.impl("set_.source_Storage", TORCH_FN(at::native::set_));
-  m.impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_cpu_));
-  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
-  m.impl("set_", &hpu_nb::hpu_set_empty);
-  m.impl("record_stream", &hpu_nb::hpu_record_stream);
-  m.impl("view", TORCH_FN(at::native::view));
-  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
-  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  m.impl("unfold", TORCH_FN(at::native::unfold));
-}
-
-TORCH_LIBRARY_IMPL(_, AutocastHPU, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
 
 TORCH_LIBRARY(hpu_emu, m) {
   m.def("memory_stats() -> int[]", &hpu_nb::memory_stats);
