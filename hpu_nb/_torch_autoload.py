@@ -1,8 +1,9 @@
 """torch's device-backend autoload entry point (group `torch.backends`), run by `import torch` once hpu_nb is installed.
 
 What Habana's software does on a Gaudi since 1.18, hpu_nb does for the emulated Gaudi: by the end of `import torch`,
-`Trainer(accelerator="hpu")` and `habana_frameworks` resolve without `import hpu_nb`, `torch.hpu` exists (its module
-is imported at first use), and the emulated device's library (when built) is loaded before any code can ask torch
+`Trainer(accelerator="hpu")` and `habana_frameworks` resolve without `import hpu_nb`, `torch.hpu` and the "hccl"
+process-group backend exist in eager mode as Habana's autoload makes them (their modules are imported at first use),
+and the emulated device's library (when built) is loaded before any code can ask torch
 which accelerators exist; its kernels are registered when the device is first used. It costs a few ms and touches
 no device (benchmarks/bench_autoload.py measures it). Off with HPU_NB_AUTOLOAD=0 (read by the entry point
 module, `_hpu_nb_autoload`, before hpu_nb is imported) or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0.
@@ -23,10 +24,15 @@ def load() -> None:
 
     if emulated_habana.real_habana_spec() is not None:
         return  # Habana's software provides the hpu device (its own autoload entry point loads it)
-    emulated_habana.install_torch_hpu()
     from hpu_nb.runtime import hpu_device
+    from hpu_nb.runtime.generations import EMULATED_RELEASE
 
     try:
         hpu_device.load_library_if_built()
+        if EMULATED_RELEASE.autoloads(os.environ):  # what Habana's autoload imports: its hpu module and HCCL
+            from hpu_nb.runtime.hpu_device import hccl
+
+            emulated_habana.install_torch_hpu()
+            hccl.register_for_first_use()
     except Exception:  # noqa: BLE001 - an autoload must never break `import torch`; the device says why when used
         return

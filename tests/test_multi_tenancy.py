@@ -55,8 +55,9 @@ def test_two_tenants_train_at_the_same_time_on_their_own_cards(tmp_path):
 
 
 def test_a_tenant_asking_for_more_cards_than_it_was_given_fails_clearly(monkeypatch):
-    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "0,1")
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", " 0, 1")
     assert get_backend().device_count() == 2 and HPUAccelerator.auto_device_count() == 2
+    assert get_backend().describe() == "emulated Gaudi on the CPU: 2 x GAUDI2 (HABANA_VISIBLE_MODULES=0,1)"
     with pytest.raises(MisconfigurationException, match=r"asks for 4 HPUs but only 2.*HABANA_VISIBLE_MODULES=0,1")\
             as refused:
         L.Trainer(accelerator=HPUAccelerator(), devices=4, strategy=HPUDDPStrategy(start_method="spawn"))

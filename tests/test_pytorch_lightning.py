@@ -119,8 +119,8 @@ def test_a_fresh_python_that_never_imports_hpu_nb_builds_an_hpu_trainer(package)
 
 
 def test_after_import_torch_alone_torch_hpu_is_there_as_on_a_gaudi_and_the_device_waits_for_its_first_use():
-    """Habana's autoload (1.18+) imports its hpu module with torch: Gaudi code uses torch.hpu with nothing else
-    imported. The emulated device's kernels (most of the autoload's cost) wait for the first use."""
+    """Habana's autoload (1.18+) imports its hpu module and HCCL with torch: Gaudi code uses torch.hpu and "hccl" with
+    nothing else imported. The emulated device's kernels (most of the autoload's cost) wait for the first use."""
     result = _fresh_python("""
         import io, sys, torch
         print(torch.accelerator.current_accelerator(), "habana_frameworks.torch.hpu" in sys.modules)
@@ -130,9 +130,35 @@ def test_after_import_torch_alone_torch_hpu_is_there_as_on_a_gaudi_and_the_devic
         saved.seek(0)
         w = torch.load(saved, map_location="hpu")["w"]
         print(w.device, w.tolist(), torch.hpu is sys.modules["habana_frameworks.torch.hpu"])
+        torch.distributed.init_process_group("hccl", store=torch.distributed.HashStore(), rank=0, world_size=1)
+        torch.distributed.all_reduce(w)
+        print(torch.distributed.get_backend(), w.tolist())
     """)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-3:] == ["None False", "True True", "hpu:0 [0.0, 1.0, 2.0] True"]
+    assert result.stdout.splitlines()[-4:] == ["None False", "True True", "hpu:0 [0.0, 1.0, 2.0] True",
+                                               "hccl [0.0, 1.0, 2.0]"]
+
+
+@pytest.mark.parametrize("env, present", [({"PT_HPU_LAZY_MODE": "1"}, False), ({"PT_HPU_AUTOLOAD": "0"}, False),
+                                          ({"PT_HPU_LAZY_MODE": "1", "PT_HPU_AUTOLOAD": "1"}, True)])
+def test_torch_hpu_after_import_torch_follows_habana_s_autoload_rule(env, present):
+    """Habana's autoload runs in eager mode only, unless PT_HPU_AUTOLOAD says otherwise: code that uses torch.hpu
+    or "hccl" without importing habana_frameworks fails in lazy mode on a Gaudi, so it does here."""
+    result = _fresh_python("""
+        import torch
+        print("hpu" in dir(torch), torch.distributed.is_backend_available("hccl"))
+    """, **env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == [str(present), str(present)]
+
+
+def test_the_autoload_rule_by_release():
+    from hpu_nb.runtime.generations import Release
+
+    assert Release(1, 21).autoloads({}) and not Release(1, 21).autoloads({"PT_HPU_LAZY_MODE": "1"})
+    assert not Release(1, 18).autoloads({}) and Release(1, 18).autoloads({"PT_HPU_LAZY_MODE": "0"})  # lazy default
+    assert Release(1, 18).autoloads({"PT_HPU_AUTOLOAD": "1"}) and not Release(1, 17).autoloads({"PT_HPU_AUTOLOAD": "1"})
+    assert not Release(1, 22).autoloads({"PT_HPU_AUTOLOAD": "0"})
 
 
 def test_the_autoload_can_be_switched_off():

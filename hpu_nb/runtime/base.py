@@ -206,12 +206,10 @@ class DeviceBackend(ABC):
 
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""
-        import os
-
         kind = "emulated Gaudi on the CPU" if self.is_emulated else "Intel Gaudi"
-        tenant = os.environ.get("HABANA_VISIBLE_MODULES", "").strip()
+        tenant = ",".join(visible_modules())
         return f"{kind}: {self.device_count()} x {self.device_name()}" + (
-            f" (HABANA_VISIBLE_MODULES={tenant})" if tenant else "")
+            f" ({VISIBLE_MODULES_ENV}={tenant})" if tenant else "")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"

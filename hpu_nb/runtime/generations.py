@@ -11,6 +11,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from hpu_nb.runtime.env import LAZY_MODE_ENV
+
 GiB = 1 << 30
 
 
@@ -65,6 +67,7 @@ LOWER_LIST_ENV = "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST"
 FP32_LIST_ENV = "PT_HPU_AUTOCAST_FP32_OPS_LIST"
 OLD_LOWER_LIST_ENV = "LOWER_LIST"
 OLD_FP32_LIST_ENV = "FP32_LIST"
+AUTOLOAD_ENV = "PT_HPU_AUTOLOAD"
 
 
 @dataclass(frozen=True, order=True)
@@ -78,6 +81,17 @@ class Release:
     def lazy_by_default(self) -> bool:
         """Up to 1.20 PT_HPU_LAZY_MODE defaults to "1"; from 1.21 eager + torch.compile is the default."""
         return (self.major, self.minor) < (1, 21)
+
+    def autoloads(self, environ: dict[str, str] | os._Environ) -> bool:
+        """Whether `import torch` imports habana_frameworks (core, hpu, hccl): from 1.18, in eager mode unless
+        PT_HPU_AUTOLOAD says "0" / "1" (Habana's habana_frameworks/autoload)."""
+        if (self.major, self.minor) < (1, 18):
+            return False
+        asked = environ.get(AUTOLOAD_ENV, "").strip()
+        if asked in ("0", "1"):
+            return asked == "1"
+        lazy = environ.get(LAZY_MODE_ENV, "").strip() or ("1" if self.lazy_by_default else "0")
+        return lazy != "1"
 
     @property
     def op_list_envs(self) -> tuple[str, str]:

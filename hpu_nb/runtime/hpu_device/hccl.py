@@ -232,6 +232,21 @@ def _destroy_if_initialized() -> None:
         dist.destroy_process_group()
 
 
+def _create_at_first_use(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedHCCL:
+    """Import the emulated habana_frameworks HCCL module (the device, and its registration of "hccl"), then create."""
+    import importlib
+
+    importlib.import_module("habana_frameworks.torch.distributed.hccl")
+    return _create(store, rank, size, timeout)
+
+
+def register_for_first_use() -> None:
+    """`init_process_group("hccl")` after `import torch` alone, as on a Gaudi, whose autoload imports HCCL; the device
+    is loaded only when a group is created."""
+    dist.Backend.register_backend(BACKEND_NAME, _create_at_first_use, devices=["hpu"])
+    dist.Backend.default_device_backend_map["hpu"] = BACKEND_NAME
+
+
 def register() -> None:
     """Make `init_process_group("hccl")` use the emulated HCCL, for the `hpu` device (registering again is harmless)."""
     dist.Backend.register_backend(BACKEND_NAME, _create, devices=["hpu"])
