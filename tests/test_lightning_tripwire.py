@@ -81,9 +81,9 @@ FINGERPRINTS = [
      "f9247c99e02d7a51", "notebook/memory_monitor.MemoryMonitor._release_the_model: drops the `log` / `log_dict` "
      "attributes this sets on every callback (they pin the model and Trainer to a chart that outlives the run)"),
     ("lightning.pytorch.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "e54fd0bd3bd9fcd2",
-     "strategies/fsdp.fsdp_mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
+     "strategies/fsdp.HPUFSDPPrecisionMixin.mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "ffb119428db67169",
-     "strategies/fsdp.fsdp_mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
+     "strategies/fsdp.HPUFSDPPrecisionMixin.mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
 ]
 
 

@@ -15,7 +15,7 @@ from lightning.fabric.plugins.precision.fsdp import FSDPPrecision
 from typing_extensions import override
 
 from hpu_nb.core.precision import autocast_context, validate_precision
-from hpu_nb.core.strategies.fsdp import fsdp_forward_context, fsdp_mixed_precision_config, validate_fsdp_precision
+from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin, validate_fsdp_precision
 
 __all__ = ["HPUFSDPPrecision", "HPUPrecision"]
 
@@ -38,7 +38,7 @@ class HPUPrecision(Precision):
         return f"HPUPrecision(precision={self.precision!r})"
 
 
-class HPUFSDPPrecision(FSDPPrecision):
+class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
     """FSDP precision for Fabric on HPU: "32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true" (fp16: Gaudi2+)."""
 
     def __init__(self, precision: str | int = "32-true", device: str = "hpu", scaler: Any = None) -> None:
@@ -56,15 +56,6 @@ class HPUFSDPPrecision(FSDPPrecision):
         if isinstance(plugin, (HPUPrecision, HPUPrecisionPlugin, TrainerFSDPPrecision)):
             return cls(plugin.precision)
         raise TypeError(f"HPUFSDPStrategy works with HPUFSDPPrecision, got {type(plugin).__name__}.")
-
-    @property
-    @override
-    def mixed_precision_config(self) -> Any:
-        return fsdp_mixed_precision_config(self.precision)
-
-    @override
-    def forward_context(self) -> AbstractContextManager:
-        return fsdp_forward_context(self.precision)
 
     def __repr__(self) -> str:
         return f"HPUFSDPPrecision(precision={self.precision!r})"

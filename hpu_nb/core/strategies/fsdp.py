@@ -24,10 +24,9 @@ from hpu_nb.runtime import get_backend
 
 __all__ = [
     "HPUFSDPPrecision",
+    "HPUFSDPPrecisionMixin",
     "HPUFSDPStrategy",
     "check_eager_mode",
-    "fsdp_forward_context",
-    "fsdp_mixed_precision_config",
     "validate_fsdp_precision",
 ]
 
@@ -62,38 +61,38 @@ def validate_fsdp_precision(precision: str | int) -> str:
     return unified
 
 
-def fsdp_mixed_precision_config(precision: str) -> Any:
-    """FSDP's MixedPrecision for a unified precision, as lightning-habana had it: "-mixed" keeps the parameters in
-    float32 (autocast computes in the lower dtype) and reduces / keeps buffers in the lower dtype; "-true" casts all."""
-    from torch.distributed.fsdp import MixedPrecision
+class HPUFSDPPrecisionMixin:
+    """What FSDP precision means on HPU, for the Trainer's plugin and Fabric's (each also a Lightning FSDPPrecision).
 
-    lower = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32}[precision.split("-")[0]]
-    param_dtype = torch.float32 if precision.endswith("-mixed") else lower
-    return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
+    FSDP's MixedPrecision as lightning-habana had it: "-mixed" keeps the parameters in float32 (autocast computes in
+    the lower dtype) and reduces / keeps buffers in the lower dtype; "-true" casts all. Forward runs under autocast on
+    "hpu" for the "-mixed" precisions; the others need nothing (the parameters carry the dtype).
+    """
 
-
-def fsdp_forward_context(precision: str) -> AbstractContextManager:
-    """Autocast on "hpu" for the "-mixed" precisions; nothing to do for the others (the parameters carry the dtype)."""
-    if precision.endswith("-mixed"):
-        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
-        return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
-    return nullcontext()
-
-
-class HPUFSDPPrecision(FSDPPrecision):
-    """FSDP precision for HPU (Trainer): autocast on "hpu"; fp16 needs Gaudi2 or newer."""
-
-    def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
-        super().__init__(validate_fsdp_precision(precision), scaler=scaler)  # type: ignore[arg-type]
+    precision: str
 
     @property
     @override
     def mixed_precision_config(self) -> Any:
-        return fsdp_mixed_precision_config(self.precision)
+        from torch.distributed.fsdp import MixedPrecision
+
+        lower = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32}[self.precision.split("-")[0]]
+        param_dtype = torch.float32 if self.precision.endswith("-mixed") else lower
+        return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
 
     @override
     def forward_context(self) -> AbstractContextManager:
-        return fsdp_forward_context(self.precision)
+        if self.precision.endswith("-mixed"):
+            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
+            return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
+        return nullcontext()
+
+
+class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
+    """FSDP precision for HPU (Trainer): autocast on "hpu"; fp16 needs Gaudi2 or newer."""
+
+    def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
+        super().__init__(validate_fsdp_precision(precision), scaler=scaler)  # type: ignore[arg-type]
 
 
 class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
