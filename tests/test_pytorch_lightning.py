@@ -123,8 +123,10 @@ def test_after_import_torch_alone_torch_hpu_is_there_as_on_a_gaudi_and_the_devic
     nothing else imported. The emulated device's kernels (most of the autoload's cost) wait for the first use."""
     result = _fresh_python("""
         import io, sys, torch
-        print(torch.accelerator.current_accelerator(), "habana_frameworks.torch.hpu" in sys.modules)
-        print(torch.hpu.is_available(), torch.hpu.device_count() >= 1)
+        def kernels():
+            return torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", "HPU")
+        print(torch.accelerator.current_accelerator(), "habana_frameworks.torch.hpu" in sys.modules, kernels())
+        print(torch.hpu.is_available(), torch.hpu.device_count() >= 1, kernels())
         saved = io.BytesIO()
         torch.save({"w": torch.arange(3.0)}, saved)
         saved.seek(0)
@@ -135,7 +137,7 @@ def test_after_import_torch_alone_torch_hpu_is_there_as_on_a_gaudi_and_the_devic
         print(torch.distributed.get_backend(), w.tolist())
     """)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-4:] == ["None False", "True True", "hpu:0 [0.0, 1.0, 2.0] True",
+    assert result.stdout.splitlines()[-4:] == ["None False False", "True True True", "hpu:0 [0.0, 1.0, 2.0] True",
                                                "hccl [0.0, 1.0, 2.0]"]
 
 
