@@ -1,12 +1,12 @@
 """torch's device-backend autoload entry point (group `torch.backends`), run by `import torch` once hpu_nb is installed.
 
 What Habana's software does on a Gaudi since 1.18, hpu_nb does for the emulated Gaudi: by the end of `import torch`,
-`Trainer(accelerator="hpu")` and `habana_frameworks` resolve without `import hpu_nb`, `torch.hpu` and the "hccl"
-process-group backend exist in eager mode as Habana's autoload makes them (their modules are imported at first use),
-and the emulated device's library (when built) is loaded before any code can ask torch
-which accelerators exist; its kernels are registered when the device is first used. It costs a few ms and touches
-no device (benchmarks/bench_autoload.py measures it). Off with HPU_NB_AUTOLOAD=0 (read by the entry point
-module, `_hpu_nb_autoload`, before hpu_nb is imported) or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0.
+`Trainer(accelerator="hpu")` and `habana_frameworks` resolve without `import hpu_nb`; `torch.hpu` and the "hccl"
+process-group backend exist where Habana's autoload would make them (eager mode, or PT_HPU_AUTOLOAD=1), their modules
+imported at first use; and the emulated device's library (when built) is loaded before any code can ask torch which
+accelerators exist, its kernels registered when the device is first used. It costs a few ms and touches no device
+(benchmarks/bench_autoload.py measures it). Off with HPU_NB_AUTOLOAD=0 (read by the entry point module,
+`_hpu_nb_autoload`, before hpu_nb is imported) or torch's own TORCH_DEVICE_BACKEND_AUTOLOAD=0.
 """
 
 from __future__ import annotations
