@@ -347,7 +347,7 @@ class TrainerConfig:
         out: the measurements then live in $HABANA_LOGS, else <hpu_nb cache directory>/fp8."""
         if self.precision == "fp8":
             return "fp8 training: swaps nn.Linear layers for fp8 ones", {"replace_layers": True}
-        path = {"fp8_data_path": self.fp8_data_path} if str(self.fp8_data_path).strip() else {}
+        path = {"fp8_data_path": self.fp8_data_path} if self._fp8_dir_given else {}
         if self.precision == "fp8-measure":
             return ("fp8 inference step 1: measure on some data (trainer.predict), then restart and quantize",
                     {"inference": True, "quant": False, **path})
@@ -357,8 +357,13 @@ class TrainerConfig:
         return None
 
     @property
+    def _fp8_dir_given(self) -> bool:
+        """A blank fp8_data_path means the default directory (the generated code leaves the argument out)."""
+        return bool(str(self.fp8_data_path).strip())
+
+    @property
     def _fp8_dir_text(self) -> str:
-        if str(self.fp8_data_path).strip():
+        if self._fp8_dir_given:
             return repr(self.fp8_data_path)
         return "$HABANA_LOGS, else hpu_nb's default <cache directory>/fp8 (no fp8 data dir given)"
 

@@ -243,11 +243,10 @@ def _create_at_first_use(store: Any, rank: int, size: int, timeout: timedelta) -
 def register_for_first_use() -> None:
     """`init_process_group("hccl")` after `import torch` alone, as on a Gaudi, whose autoload imports HCCL; the device
     is loaded only when a group is created."""
-    dist.Backend.register_backend(BACKEND_NAME, _create_at_first_use, devices=["hpu"])
-    dist.Backend.default_device_backend_map["hpu"] = BACKEND_NAME
+    register(_create_at_first_use)
 
 
-def register() -> None:
+def register(create: Any = _create) -> None:
     """Make `init_process_group("hccl")` use the emulated HCCL, for the `hpu` device (registering again is harmless)."""
-    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["hpu"])
+    dist.Backend.register_backend(BACKEND_NAME, create, devices=["hpu"])
     dist.Backend.default_device_backend_map["hpu"] = BACKEND_NAME
