@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml Makefile
 	fi; \
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$$extras]"
 	@# The emulated Gaudi's hpu device is a small C++ library built for this torch (~20 s, cached in ~/.cache/hpu_nb).
-	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.runtime.hpu_device; fi
+	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.emulator.hpu_device; fi
 	@# Kernels started from this venv (JupyterLab, nbmake) find the ops where setup built them.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (hpu_nb)" \
 		--env TORCH_EXTENSIONS_DIR "$(TORCH_EXTENSIONS_DIR)" >/dev/null

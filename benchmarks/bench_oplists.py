@@ -19,7 +19,7 @@ from hpu_nb.core.fp8 import Fp8Linear, emulated_fp8_autocast
 from hpu_nb.core.oplists import apply_op_lists, load_op_lists
 from hpu_nb.core.precision import hpu_autocast
 from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.hpu_device import autocast as device_autocast
+from hpu_nb.emulator.hpu_device import autocast as device_autocast
 
 
 class Block(torch.nn.Module):

@@ -83,7 +83,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 from hpu_nb import _flavours, _lightning_hook  # noqa: E402
-from hpu_nb.runtime import emulated_habana as _emulated_habana  # noqa: E402
+from hpu_nb.emulator import habana as _emulated_habana  # noqa: E402
 
 _flavours.install()  # hpu_nb._standalone: hpu_nb.core for the standalone pytorch_lightning / lightning_fabric
 _lightning_hook.install()

@@ -87,7 +87,7 @@ def test_fp8_with_a_config_enabling_fp16_is_a_clear_error():
 def test_forward_runs_in_fp8_autocast_as_with_hpu_precision_plugin():
     from hpu_nb import HPUDeepSpeedPrecisionPlugin
     from hpu_nb.core.fp8 import DelayedScaling, fp8_enabled
-    from hpu_nb.runtime.fp8.emulated import active_recipe
+    from hpu_nb.emulator.fp8.engine import active_recipe
 
     recipe = DelayedScaling(margin=1)
     plugin = HPUDeepSpeedPrecisionPlugin("fp8", recipe=recipe)

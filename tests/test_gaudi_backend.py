@@ -132,7 +132,7 @@ def test_first_generation_gaudi_with_a_release_that_dropped_it_is_refused(make_f
 
 
 def test_memory_stats_come_from_habana_for_the_device(make_fake_gaudi) -> None:  # noqa: F811
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     fake = make_fake_gaudi(device_count=2, memory_limit=1000 * MiB)
     backend = get_backend()
@@ -228,7 +228,7 @@ def test_device_facts_from_hl_smi_without_pyhlml(fake_gaudi, fake_hlsmi) -> None
 
 @pytest.mark.parametrize("mode", ["missing", "failing", "hanging", "garbage"])
 def test_device_facts_fall_back_to_the_runtime(make_fake_gaudi, fake_hlsmi, mode, monkeypatch) -> None:  # noqa: F811
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     fake = make_fake_gaudi(device_count=3)
     fake_hlsmi.mode = mode
@@ -262,7 +262,7 @@ def test_emulated_hccl_moves_fp8_tensors_exactly() -> None:
     """DDP broadcasts every buffer, fp8 ones included (an fp8-quantized model): HCCL moves them as they are."""
     import torch.distributed as dist
 
-    from hpu_nb.runtime.hpu_device import hccl
+    from hpu_nb.emulator.hpu_device import hccl
 
     get_backend()
     hccl.register()

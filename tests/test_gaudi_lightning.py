@@ -13,7 +13,7 @@ def test_trainer_on_gaudi_uses_hpu_device_and_gaudi_stats(fake_gaudi):
     trainer = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", devices=1))
     assert isinstance(trainer.strategy, SingleHPUStrategy)
     assert trainer.strategy.root_device == torch.device("hpu", 0)
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     hpu_device.fresh_card()
     fake_gaudi.calls.clear()

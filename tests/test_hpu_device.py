@@ -14,9 +14,9 @@ import textwrap
 import pytest
 import torch
 
-from hpu_nb.runtime import hpu_device, is_out_of_memory
-from hpu_nb.runtime.emulated import EmulatedBackend
-from hpu_nb.runtime.hpu_device import autocast as hpu_autocast_lists
+from hpu_nb.emulator import hpu_device, is_out_of_memory
+from hpu_nb.emulator.backend import EmulatedBackend
+from hpu_nb.emulator.hpu_device import autocast as hpu_autocast_lists
 
 
 @pytest.fixture
@@ -275,12 +275,12 @@ def test_backward_runs_on_the_calling_thread_from_any_thread(card):
 
 
 def test_torch_still_runs_backward_through_the_engine_hpu_nb_routes():
-    """Tripwire: hpu_nb.runtime.hpu_device.backward wraps Variable._execution_engine; torch must still call it."""
+    """Tripwire: hpu_nb.emulator.hpu_device.backward wraps Variable._execution_engine; torch must still call it."""
     import inspect
 
     from torch.autograd.variable import Variable
 
-    from hpu_nb.runtime.hpu_device.backward import CallingThreadEngine
+    from hpu_nb.emulator.hpu_device.backward import CallingThreadEngine
 
     assert "Variable._execution_engine.run_backward(" in inspect.getsource(torch.autograd.graph._engine_run_backward)
     assert isinstance(Variable._execution_engine, CallingThreadEngine)

@@ -68,7 +68,7 @@ def test_identical_cards_share_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_memory_figures_are_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     get_backend()
     hpu_device.fresh_card()
@@ -104,7 +104,7 @@ def test_lazy_flag_and_versions(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_broken_backend_degrades_without_raising() -> None:
-    from hpu_nb.runtime.emulated import EmulatedBackend
+    from hpu_nb.emulator.backend import EmulatedBackend
 
     class Broken(EmulatedBackend):
         def device_facts(self, timeout: float = 2.0):  # noqa: ANN201

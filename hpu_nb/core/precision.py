@@ -283,7 +283,7 @@ class HPUPrecisionPlugin(HPUFp8Mixin, Precision):
 
     def _use_op_lists(self) -> None:
         """Make the given lists the device's (process-wide, as on a Gaudi); refuse where they cannot take effect."""
-        from hpu_nb.runtime.hpu_device.autocast import DEFAULT_LOWER_OPS
+        from hpu_nb.emulator.hpu_device.autocast import DEFAULT_LOWER_OPS
 
         shadowed = shadowed_fp32_ops(self.op_lists, DEFAULT_LOWER_OPS)
         if shadowed:

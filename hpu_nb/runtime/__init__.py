@@ -30,7 +30,7 @@ __all__ = [
     "set_backend",
 ]
 
-# Loaded on first use: torch's autoload imports hpu_nb.runtime.emulated_habana (and so this package) on every
+# Loaded on first use: torch's autoload imports hpu_nb.emulator.habana (and so this package) on every
 # `import torch`, which must stay cheap.
 _LAZY = {
     "MEMORY_STAT_KEYS": "hpu_nb.runtime.base",
@@ -41,7 +41,7 @@ _LAZY = {
     "is_out_of_memory": "hpu_nb.runtime.base",
     "GENERATIONS": "hpu_nb.runtime.generations",
     "Generation": "hpu_nb.runtime.generations",
-    "cache_dir": "hpu_nb.runtime.hpu_device.build",  # hpu_nb's cache directory (HPU_NB_CACHE_DIR, ~/.cache/hpu_nb)
+    "cache_dir": "hpu_nb.emulator.hpu_device.build",  # hpu_nb's cache directory (HPU_NB_CACHE_DIR, ~/.cache/hpu_nb)
 }
 
 
@@ -64,7 +64,7 @@ def _create_backend() -> DeviceBackend:
     if choice not in BACKEND_CHOICES:
         raise ValueError(f"HPU_NB_BACKEND={choice!r} is not valid; choose one of: {', '.join(BACKEND_CHOICES)}.")
     if choice == "emulated":
-        from hpu_nb.runtime.emulated import EmulatedBackend
+        from hpu_nb.emulator.backend import EmulatedBackend
 
         return EmulatedBackend()
     from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi
@@ -79,7 +79,7 @@ def _create_backend() -> DeviceBackend:
             f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
             "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
         )
-    from hpu_nb.runtime.emulated_habana import real_habana_spec
+    from hpu_nb.emulator.habana import real_habana_spec
 
     if real_habana_spec() is not None:
         from hpu_nb.runtime.base import HPUNotAvailableError
@@ -89,7 +89,7 @@ def _create_backend() -> DeviceBackend:
             " beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python with"
             " PT_HPU_AUTOLOAD=0 and HPU_NB_BACKEND=emulated to train on the emulated Gaudi."
         )
-    from hpu_nb.runtime.emulated import EmulatedBackend
+    from hpu_nb.emulator.backend import EmulatedBackend
 
     return EmulatedBackend()
 

@@ -78,14 +78,14 @@ def _apply_dynamic_shapes() -> None:
 # -- the backend ----------------------------------------------------------------------------------------------------
 def hpu_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """Compile a captured graph for the emulated Gaudi: AOTAutograd, graphs run with the hpu device's kernels."""
-    from hpu_nb.runtime.emulated_habana import real_habana_spec
+    from hpu_nb.emulator.habana import real_habana_spec
 
     if real_habana_spec() is not None:
         return _habanas(graph_module, example_inputs, **kwargs)
     global _applied
     import torch
 
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     hpu_device.load()
     start = time.perf_counter()

@@ -36,7 +36,7 @@ FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
 
 def _import_runtime() -> tuple[Any, Any]:
     """(htcore, hthpu) of Habana's software: core first, as Habana's docs require, then the hpu module."""
-    from hpu_nb.runtime.emulated_habana import is_emulated_module, real_habana_spec
+    from hpu_nb.emulator.habana import is_emulated_module, real_habana_spec
 
     if real_habana_spec() is None:
         raise ImportError("habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)")
@@ -52,7 +52,7 @@ def _import_runtime() -> tuple[Any, Any]:
 
 def probe_gaudi() -> tuple[bool, str]:
     """(found, reason): whether habana_frameworks imports and sees at least one Gaudi. Never raises."""
-    from hpu_nb.runtime.emulated_habana import real_habana_spec
+    from hpu_nb.emulator.habana import real_habana_spec
 
     try:
         if real_habana_spec() is None:
@@ -225,7 +225,7 @@ class GaudiBackend(DeviceBackend):
             return self._versions
 
     def _read_versions(self) -> Versions:
-        from hpu_nb.runtime.emulated import _versions_of_python_stack
+        from hpu_nb.emulator.backend import _versions_of_python_stack
 
         versions = _versions_of_python_stack()
         versions.habana_frameworks = self._habana_frameworks_version()

@@ -41,7 +41,7 @@ trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], max_epochs=2, limit_
 trainer.fit(Net(), data(), data(n=160))""",
     # 3: the same on a card with a 24 MiB Limit: out of memory
     """from hpu_nb.runtime import set_backend
-from hpu_nb.runtime.emulated import EmulatedBackend
+from hpu_nb.emulator.backend import EmulatedBackend
 set_backend(EmulatedBackend(memory_limit="24MiB"))
 oom_monitor = hpu_nb.MemoryMonitor(update_interval=0.1)
 try:

@@ -108,7 +108,7 @@ def _write_distribution(config: Any) -> None:
 
 
 def _is_fake_or_emulated(module: Any) -> bool:
-    from hpu_nb.runtime.emulated_habana import is_emulated_module
+    from hpu_nb.emulator.habana import is_emulated_module
 
     paths = [str(p) for p in (getattr(module, "__path__", None) or [getattr(module, "__file__", "") or ""])]
     return is_emulated_module(module) or all(p.startswith(SITE) for p in paths)
@@ -184,7 +184,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
 @contextlib.contextmanager
 def block_habana() -> Iterator[None]:
     """A machine without Gaudi software: no `habana_frameworks` on sys.path (the emulated surface still answers)."""
-    from hpu_nb.runtime.emulated_habana import real_habana_spec
+    from hpu_nb.emulator.habana import real_habana_spec
 
     if real_habana_spec() is not None:
         raise RuntimeError("habana_frameworks is installed on sys.path: uninstall the fake first")
@@ -219,13 +219,13 @@ def _undo_torch_changes(originals: dict[str, Any]) -> None:
     import torch
     import torch.autograd.profiler
 
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     if hpu_device.is_loaded():
         hpu_device.configure(hpu_device.config_from_environment())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from hpu_nb.runtime.hpu_device import autocast
+            from hpu_nb.emulator.hpu_device import autocast
 
             autocast.register(autocast.lists_from_environment())
     for name, target in (("ProfilerActivity", torch.profiler), ("profile", torch.profiler),
@@ -277,9 +277,9 @@ def _undo_torch_changes(originals: dict[str, Any]) -> None:
         backend.backend_type_map.pop("hccl", None)
         backend.backend_capability.pop("hccl", None)
         backend._plugins.pop("HCCL", None)
-        from hpu_nb.runtime import hpu_device
+        from hpu_nb.emulator import hpu_device
 
         if hpu_device.is_loaded():  # the emulated Gaudi came into use meanwhile: its "hccl" stays, as it registers it
-            from hpu_nb.runtime.hpu_device import hccl
+            from hpu_nb.emulator.hpu_device import hccl
 
             hccl.register()

@@ -161,7 +161,7 @@ def test_hpu_acquisition_by_hls_module_id_else_any_free_card(make_fake_gaudi):
 
 
 def test_hpu_memory_stats_keys_and_helpers(make_fake_gaudi):
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     fake = make_fake_gaudi(memory_limit=1000 * MiB)
     hthpu().init()
@@ -389,7 +389,7 @@ def test_device_facts_pyhlml_bytes_names_bytes_memory_milliwatts(make_fake_gaudi
 def test_uninstall_puts_back_torch_and_the_emulated_surface():
     from hpu_nb.runtime import get_backend
 
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     get_backend()
     hpu_device.load()  # the emulated Gaudi in use before the fake (loading its device registers "hccl")

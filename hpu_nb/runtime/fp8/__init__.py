@@ -4,7 +4,7 @@
   (hpu_nb.runtime.habana_fp8.HabanaFp8Engine).
 - On the emulated Gaudi: real fp8 numerics on the CPU (float8 casts, torch._scaled_mm) in layers that behave like
   te.Linear, and max-abs measurement / static quantization that write and read INC's file format
-  (hpu_nb.runtime.fp8.emulated.EmulatedFp8Engine).
+  (hpu_nb.emulator.fp8.engine.EmulatedFp8Engine).
 `DeviceBackend.fp8_engine()` gives the one in force; hpu_nb.core.fp8 (configs, files, Lightning) calls only this.
 """
 

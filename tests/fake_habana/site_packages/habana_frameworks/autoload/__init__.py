@@ -23,7 +23,7 @@ def _device_library():
     """The fake's device is hpu_nb's emulated one: load its library now, as Habana's torch knows the hpu device from
     the start (otherwise torch could settle its HPU support before the library registers it)."""
     try:
-        from hpu_nb.runtime import hpu_device
+        from hpu_nb.emulator import hpu_device
 
         hpu_device.load_library_if_built()
     except Exception:  # noqa: BLE001 - an autoload must never break `import torch`

@@ -17,7 +17,7 @@ import habana_frameworks.autoload  # noqa: E402
 
 habana_frameworks.autoload.is_loaded = True  # as Habana's: the autoload entry point must not import it again
 
-from hpu_nb.runtime import hpu_device as _hpu_device  # noqa: E402
+from hpu_nb.emulator import hpu_device as _hpu_device  # noqa: E402
 
 # Habana's library registers HPU hooks whose hasHPU() is always true (backend/habana_device/HPUHooksInterface.cpp):
 # from here torch.accelerator is hpu, with no card acquired (Lightning passes device_id=hpu:0 to init_process_group).

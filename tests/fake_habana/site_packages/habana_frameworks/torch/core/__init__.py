@@ -62,7 +62,7 @@ from habana_frameworks.torch.core import _autocast_lists  # noqa: E402  (read no
 
 
 def _apply_lists_if_device_loaded():
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
 
     if hpu_device.is_loaded():
         _autocast_lists.apply()

@@ -9,7 +9,7 @@ from habana_frameworks._fake import STATE as _STATE
 
 
 def _read():
-    from hpu_nb.runtime.hpu_device import autocast
+    from hpu_nb.emulator.hpu_device import autocast
 
     lower_env, fp32_env = _STATE.config.op_list_envs
     lower, lower_source = autocast.read_list_file(lower_env, autocast.DEFAULT_LOWER_OPS)
@@ -24,7 +24,7 @@ _applied = False
 def apply():
     """Put LISTS on the device, once it is loaded (what Habana's library does when it loads)."""
     global _applied
-    from hpu_nb.runtime.hpu_device import autocast
+    from hpu_nb.emulator.hpu_device import autocast
 
     if not _applied:
         autocast.register(LISTS)

@@ -28,7 +28,7 @@ _card_lock = None  # the held lock's file descriptor (released by the kernel whe
 
 def _device():
     """Load the emulated device as this fake machine's card (its Limit and generation, and the release's op lists)."""
-    from hpu_nb.runtime import hpu_device
+    from hpu_nb.emulator import hpu_device
     from hpu_nb.runtime.generations import generation_from_name
 
     config = hpu_device.CardConfig(
@@ -235,7 +235,7 @@ def _graph_impl():
 
     name = "_fake_habana_graph_impl"
     if name not in _sys.modules:
-        from hpu_nb.runtime.emulated_habana import ROOT
+        from hpu_nb.emulator.habana import ROOT
 
         spec = importlib.util.spec_from_file_location(name, ROOT / "torch" / "hpu" / "graphs.py")
         module = importlib.util.module_from_spec(spec)

@@ -64,7 +64,7 @@ initialize_distributed_hpu()
 def _register():
     import torch.distributed as dist
 
-    from hpu_nb.runtime.hpu_device import hccl
+    from hpu_nb.emulator.hpu_device import hccl
 
     if dist.is_available():
         _STATE.originals.setdefault("hccl registered before", "hccl" in dist.Backend.backend_list)

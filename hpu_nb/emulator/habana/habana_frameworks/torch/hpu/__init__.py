@@ -1,7 +1,7 @@
 """habana_frameworks.torch.hpu, emulated, and therefore `torch.hpu`: the emulated Gaudi card this process drives.
 
 Modelled on Habana's module (device queries, memory counters, RNG, device context); backed by hpu_nb's emulated
-`hpu` device (hpu_nb.runtime.hpu_device). `get_device_name()` answers as a Gaudi would ("GAUDI2"); everything
+`hpu` device (hpu_nb.emulator.hpu_device). `get_device_name()` answers as a Gaudi would ("GAUDI2"); everything
 hpu_nb shows says that the card is emulated, and so does this module's repr.
 """
 
@@ -17,7 +17,8 @@ from typing import Any, Iterator, Optional, Union
 
 import torch
 
-from hpu_nb.runtime import compile_backend, hpu_device
+from hpu_nb.emulator import hpu_device
+from hpu_nb.runtime import compile_backend
 
 __emulated__ = True
 from habana_frameworks.torch.hpu import metrics  # noqa: E402, F401  (hthpu.metrics.metric_global, as Habana's)

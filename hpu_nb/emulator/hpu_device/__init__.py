@@ -7,7 +7,7 @@ Habana's op lists. Tensors on it are real `hpu` tensors: `x.device.type == "hpu"
 memory counters are exact to the byte. One card per process (`hpu:0`), as on a Gaudi; a forked process gets a fresh,
 empty card.
 
-The `torch.hpu` module itself is the emulated `habana_frameworks.torch.hpu` (hpu_nb.runtime.emulated_habana), as on a
+The `torch.hpu` module itself is the emulated `habana_frameworks.torch.hpu` (hpu_nb.emulator.habana), as on a
 Gaudi, where `torch.hpu` is Habana's module.
 """
 
@@ -116,7 +116,7 @@ def is_loaded() -> bool:
 def load_library_if_built() -> bool:
     """Load the device library when it is already built (cheap: what `import torch` does through the autoload)."""
     global _library
-    from hpu_nb.runtime.hpu_device import build
+    from hpu_nb.emulator.hpu_device import build
 
     with _lock:
         if _library is None:
@@ -138,7 +138,7 @@ def load(config: CardConfig | None = None) -> CardConfig:
     with _lock:
         if not _active:
             if _library is None:
-                from hpu_nb.runtime.hpu_device import build
+                from hpu_nb.emulator.hpu_device import build
 
                 if _hpu_device_taken():
                     raise DeviceConflictError(
@@ -162,7 +162,7 @@ def announce() -> bool:
     the emulated Gaudi announces itself when first used (load). False when the library is not built."""
     import torch
 
-    from hpu_nb.runtime.hpu_device import backward
+    from hpu_nb.emulator.hpu_device import backward
 
     if not load_library_if_built():
         return False
@@ -223,7 +223,7 @@ def _activate() -> None:
     """Everything the emulated Gaudi sets up when first used: its HPU hooks, autocast lists, Habana ops, HCCL."""
     import torch
 
-    from hpu_nb.runtime.hpu_device import autocast, backward, habana_ops, hccl
+    from hpu_nb.emulator.hpu_device import autocast, backward, habana_ops, hccl
 
     if not torch.ops.hpu_emu.activate():
         raise DeviceLoadedTooLateError(

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from hpu_nb.runtime.fp8 import Fp8Engine, Fp8EngineError
-from hpu_nb.runtime.fp8.numerics import amax, quantize, scale_from_amax, scaled_mm
+from hpu_nb.emulator.fp8.numerics import amax, quantize, scale_from_amax, scaled_mm
 from hpu_nb.runtime.fp8.recipe import DelayedScaling, as_recipe
 
 OUT_DTYPE = torch.bfloat16

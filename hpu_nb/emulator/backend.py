@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpu_nb.runtime import hpu_device
+from hpu_nb.emulator import hpu_device
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
 from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import EMULATED_RELEASE, Generation, Release
@@ -38,7 +38,7 @@ class EmulatedBackend(DeviceBackend):
         memory_limit: int | str | None = None,
         device_count: int | None = None,
     ) -> None:
-        from hpu_nb.runtime import emulated_habana
+        from hpu_nb.emulator import habana as emulated_habana
 
         config = hpu_device.config_from_environment(generation, memory_limit, device_count)
         super().__init__(*emulated_habana.load_surface())
@@ -81,7 +81,7 @@ class EmulatedBackend(DeviceBackend):
     def fp8_engine(self) -> Any:
         """fp8 numerics on the CPU, in layers and files shaped like Habana's transformer engine and INC's."""
         if self._fp8 is None:
-            from hpu_nb.runtime.fp8.emulated import EmulatedFp8Engine
+            from hpu_nb.emulator.fp8.engine import EmulatedFp8Engine
 
             self._fp8 = EmulatedFp8Engine()
         return self._fp8
@@ -111,7 +111,7 @@ class EmulatedBackend(DeviceBackend):
 
     def load_autocast_lists(self) -> tuple[bool, str]:
         """The emulated card can reload its lists at any time (a Gaudi reads them only when its software loads)."""
-        from hpu_nb.runtime.hpu_device import autocast
+        from hpu_nb.emulator.hpu_device import autocast
 
         autocast.register(autocast.lists_from_environment())
         lower_env, fp32_env = self.op_list_envs()

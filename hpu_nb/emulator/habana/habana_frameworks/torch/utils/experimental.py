@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from hpu_nb.runtime import hpu_device
+from hpu_nb.emulator import hpu_device
 
 
 class synDeviceType(enum.IntEnum):  # noqa: N801 (Habana's name)

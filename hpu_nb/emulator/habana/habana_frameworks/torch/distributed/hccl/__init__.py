@@ -13,7 +13,7 @@ from typing import Optional
 
 import habana_frameworks.torch.hpu  # noqa: F401  (the device first)
 
-from hpu_nb.runtime.hpu_device import hccl as _hccl
+from hpu_nb.emulator.hpu_device import hccl as _hccl
 
 __emulated__ = True
 _MPI_NAMES = {"OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
