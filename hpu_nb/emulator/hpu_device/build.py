@@ -1,8 +1,13 @@
 """Compile the emulated `hpu` device (hpu_device.cpp) once per torch build and source, and cache the library.
 
 The library links against the torch that is installed, so its cache key is the source plus torch's version and
-location. `make setup` builds it; otherwise the first use builds it (about 20 s on two cores) and says so. Two
-processes starting together (the ranks of a job) build it once: the second waits on a file lock.
+location. `make setup` (and Binder's postBuild) build it; otherwise the first use builds it (about 20 s on two cores)
+and says so. Two processes starting together (the ranks of a job) build it once: the second waits on a file lock.
+
+A build leaves nothing half-done behind: the compiler writes into a `.partial-*` folder that the next build removes,
+and it runs under a guard process that kills the compiler's whole process group when the building process dies
+(even by SIGKILL), so no orphaned compiler keeps running. Where the cache directory cannot be written (a read-only
+HOME on some clusters) and HPU_NB_CACHE_DIR was not set, the library goes to a per-user folder of the temp directory.
 """
 
 from __future__ import annotations
@@ -13,15 +18,22 @@ import sys
 import sysconfig
 from pathlib import Path
 
-# fcntl, shutil, subprocess, tempfile and time are imported where a build needs them: torch's autoload imports this
-# module on every `import torch` only to find the built library (benchmarks/bench_autoload.py).
+# fcntl, shutil, signal, subprocess, tempfile and time are imported where a build needs them: torch's autoload imports
+# this module on every `import torch` only to find the built library (benchmarks/bench_autoload.py).
 
 SOURCE = Path(__file__).with_name("hpu_device.cpp")
 CACHE_ENV = "HPU_NB_CACHE_DIR"
+PARTIAL_PREFIX = ".partial-"
+NO_COMPILER_HELP = (
+    "Install one and run again: `apt-get install g++` (Debian/Ubuntu), `dnf install gcc-c++` (Fedora/RHEL), or"
+    " `conda install -c conda-forge cxx-compiler` in a conda environment; then `python -m hpu_nb.emulator.hpu_device`"
+    " builds it once. Only the emulated Gaudi needs it: on a Gaudi (Habana's software) and for the trace viewer"
+    " and the rest of hpu_nb, no compiler is needed."
+)
 
 
 class DeviceBuildError(RuntimeError):
-    """The emulated hpu device could not be compiled (no C++ compiler, or the compiler failed)."""
+    """The emulated hpu device could not be compiled (no C++ compiler, no writable cache, or the compiler failed)."""
 
 
 def cache_dir() -> Path:
@@ -33,6 +45,20 @@ def cache_dir() -> Path:
     return Path(base) / "hpu_nb"
 
 
+def fallback_cache_dir() -> Path:
+    """Where the library goes when the default cache directory cannot be written: a per-user temp folder."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"hpu_nb-cache-{os.getuid()}"
+
+
+def _library_dirs() -> list[Path]:
+    """Directories that may hold the library, in order: an explicit HPU_NB_CACHE_DIR is the only one."""
+    if os.environ.get(CACHE_ENV):
+        return [cache_dir()]
+    return [cache_dir(), fallback_cache_dir()]
+
+
 def _compiler() -> str | None:
     import shutil
 
@@ -42,8 +68,8 @@ def _compiler() -> str | None:
     return None
 
 
-def library_path() -> Path:
-    """The cached library for this source and this torch (whether it exists yet or not)."""
+def library_name() -> str:
+    """The library's file name for this source and this torch."""
     import torch
 
     key = hashlib.sha256()
@@ -51,7 +77,17 @@ def library_path() -> Path:
     key.update(torch.__version__.encode())
     key.update(str(Path(torch.__file__).resolve().parent).encode())
     key.update(sysconfig.get_platform().encode())
-    return cache_dir() / f"hpu_device-{key.hexdigest()[:16]}.so"
+    return f"hpu_device-{key.hexdigest()[:16]}.so"
+
+
+def library_path() -> Path:
+    """The cached library for this source and this torch: where it is built, else where a build would put it first."""
+    name = library_name()
+    dirs = _library_dirs()
+    for directory in dirs:
+        if (directory / name).exists():
+            return directory / name
+    return dirs[0] / name
 
 
 def compile_command(compiler: str, output: Path) -> list[str]:
@@ -74,41 +110,134 @@ def build(quiet: bool = False) -> Path:
     if target.exists():
         return target
     import fcntl
-    import subprocess
-    import tempfile
     import time
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same library
+    compiler = _compiler()
+    if compiler is None:
+        raise DeviceBuildError(
+            "The emulated Gaudi needs a C++ compiler once, to build its `hpu` device for this torch, and none was"
+            f" found (tried $CXX, c++, g++, clang++). {NO_COMPILER_HELP}"
+        )
+    directory, lock = _open_writable_dir()
+    target = directory / target.name
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building in this directory
         if target.exists():
             return target
-        compiler = _compiler()
-        if compiler is None:
-            raise DeviceBuildError(
-                "The emulated Gaudi needs a C++ compiler once, to build its `hpu` device for this torch, and none was"
-                " found (tried $CXX, c++, g++, clang++). Install one (e.g. `apt install g++`) and run again, or run"
-                " `make setup`."
-            )
+        _remove_partial_builds(directory)  # left by a build that was killed: nobody else builds while we hold the lock
         if not quiet:
             print(f"hpu_nb: building the emulated hpu device for torch {_torch_version()} (once, about 20 s)...",
                   file=sys.stderr, flush=True)
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            partial = Path(tmp) / target.name
-            result = subprocess.run(compile_command(compiler, partial), capture_output=True, text=True)
-            if result.returncode != 0:
+        partial = Path(_make_partial_dir(directory)) / target.name
+        try:
+            returncode, stderr = _run_guarded(compile_command(compiler, partial))
+            if returncode != 0:
                 raise DeviceBuildError(
-                    f"Building the emulated hpu device failed ({compiler}, exit {result.returncode}):\n"
-                    + result.stderr[-4000:]
+                    f"Building the emulated hpu device failed ({compiler}, exit {returncode}):\n" + stderr[-4000:]
                 )
             os.replace(partial, target)
+        finally:
+            _remove_tree(partial.parent)
         if not quiet:
             print(f"hpu_nb: built {target} in {time.monotonic() - started:.0f} s.", file=sys.stderr, flush=True)
     return target
+
+
+def _open_writable_dir() -> tuple[Path, object]:
+    """The first library directory we can write to, with its lock file open; else a DeviceBuildError saying why."""
+    failures = []
+    for directory in _library_dirs():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock = open(directory / ".build.lock", "a")
+        except OSError as err:
+            failures.append(f"{directory}: {err.strerror or err}")
+            continue
+        if directory != cache_dir():
+            print(f"hpu_nb: the cache directory {cache_dir()} cannot be written ({failures[0]}); the emulated device is"
+                  f" built in {directory} instead. Set {CACHE_ENV} to a writable directory to keep it across reboots.",
+                  file=sys.stderr, flush=True)
+        return directory, lock
+    raise DeviceBuildError(
+        "The emulated Gaudi's `hpu` device must be built once into a writable directory, and none could be written ("
+        + "; ".join(failures) + f"). Set {CACHE_ENV} to a writable directory (e.g. `export {CACHE_ENV}=$PWD/.hpu_nb`)."
+    )
+
+
+def _make_partial_dir(directory: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{os.getpid()}-", dir=directory)
+
+
+def _remove_partial_builds(directory: Path) -> None:
+    for leftover in directory.glob(f"{PARTIAL_PREFIX}*"):
+        _remove_tree(leftover)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run_guarded(command: list[str]) -> tuple[int, str]:
+    """Run the compiler under a guard process (this file run as a script) that dies with us and takes the compiler's
+    whole process group (driver, cc1plus, as, ld) with it. On an exception here (Ctrl-C) the guard is stopped too."""
+    import signal
+    import subprocess
+
+    guard = subprocess.Popen(
+        [sys.executable, "-S", __file__, "--guard", str(os.getpid()), *command],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
+    )
+    try:
+        _, stderr = guard.communicate()
+    except BaseException:
+        guard.send_signal(signal.SIGTERM)
+        guard.wait()
+        raise
+    return guard.returncode, stderr
+
+
+def _die_with_parent() -> None:
+    """In the guard, before exec: receive SIGTERM when the building process dies (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the guard still stops the compiler on a Ctrl-C
+        pass
+
+
+def _guard(parent: int, command: list[str]) -> int:
+    """Run `command` in a process group of its own; on SIGTERM/SIGINT/SIGHUP (or `parent` gone) kill that group."""
+    import signal
+    import subprocess
+
+    compiler = subprocess.Popen(command, start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        try:
+            os.killpg(compiler.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os._exit(128 + signum)  # no wait() here: the main thread may be inside it
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    if os.getppid() != parent:  # the building process died before the handlers were set
+        stop(signal.SIGTERM, None)
+    return compiler.wait()
 
 
 def _torch_version() -> str:
     import torch
 
     return torch.__version__
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--guard"]:
+    sys.exit(_guard(int(sys.argv[2]), sys.argv[3:]))

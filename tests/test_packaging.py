@@ -1,0 +1,118 @@
+"""hpu_nb as users install it: the emulated device's build (no compiler, unwritable cache, a killed build), the
+set-up's torch (CPU build, no CUDA planned), and a wheel installed into a fresh virtual environment."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hpu_nb.emulator.hpu_device import build
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_CXX = Path(__file__).resolve().parent / "packaging" / "fake_cxx.sh"
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty HPU_NB_CACHE_DIR and the stand-in compiler (FAKE_CXX_MODE says what it does)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HPU_NB_CACHE_DIR", str(cache))
+    monkeypatch.setenv("CXX", str(FAKE_CXX))
+    monkeypatch.setenv("FAKE_CXX_DIR", str(tmp_path))
+    return cache
+
+
+def test_a_build_puts_the_library_in_the_cache_and_nothing_else(empty_cache: Path) -> None:
+    built = build.build(quiet=True)
+    assert built == empty_cache / build.library_name() == build.library_path()
+    assert built.read_text() == "not a real library\n"
+    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name]
+
+
+def test_a_failed_compile_says_why_and_leaves_nothing(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CXX_MODE", "fail")
+    with pytest.raises(build.DeviceBuildError, match=r"(?s)failed .*exit 1.*fake failure"):
+        build.build(quiet=True)
+    assert [p.name for p in empty_cache.iterdir()] == [".build.lock"]
+    assert not build.library_path().exists()
+
+
+def test_without_a_compiler_the_error_says_what_to_install_and_that_the_rest_needs_none(
+        empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CXX")
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    monkeypatch.setenv("PATH", str(empty_bin))
+    with pytest.raises(build.DeviceBuildError) as err:
+        build.build(quiet=True)
+    message = str(err.value)
+    for advice in ("apt-get install g++", "conda install -c conda-forge cxx-compiler", "on a Gaudi", "trace viewer"):
+        assert advice in message
+    assert not empty_cache.exists()  # nothing created before we know a build can happen
+
+
+def test_an_unwritable_default_cache_falls_back_to_a_writable_folder_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache directory would be: mkdir fails as on a read-only HOME")
+    monkeypatch.delenv("HPU_NB_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.setenv("CXX", str(FAKE_CXX))
+    fallback = tmp_path / "fallback"
+    monkeypatch.setattr(build, "fallback_cache_dir", lambda: fallback)
+    built = build.build()
+    assert built == fallback / build.library_name()
+    assert build.library_path() == built  # the next process finds it there
+    note = capsys.readouterr().err
+    assert f"{blocked / 'hpu_nb'} cannot be written" in note and "Set HPU_NB_CACHE_DIR" in note
+    assert build.build() == built  # and does not build again
+
+
+def test_an_unwritable_hpu_nb_cache_dir_is_an_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    monkeypatch.setenv("HPU_NB_CACHE_DIR", str(blocked / "cache"))
+    monkeypatch.setenv("CXX", str(FAKE_CXX))
+    with pytest.raises(build.DeviceBuildError, match=r"none could be written .*Set HPU_NB_CACHE_DIR to a writable"):
+        build.build(quiet=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_killed_build_leaves_no_compiler_running_and_the_next_build_discards_its_folder(
+        empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CXX_MODE", "hang")
+    builder = subprocess.Popen(
+        [sys.executable, "-c", "from hpu_nb.emulator.hpu_device import build; build.build()"],
+        cwd=REPO, stderr=subprocess.DEVNULL,
+    )
+    pid_files = [tmp_path / "driver.pid", tmp_path / "cc1plus.pid"]
+    deadline = time.monotonic() + 120
+    while not all(f.exists() and f.read_text().strip() for f in pid_files):
+        assert builder.poll() is None and time.monotonic() < deadline, "the stand-in compiler never started"
+        time.sleep(0.1)
+    compilers = [int(f.read_text()) for f in pid_files]
+    assert all(_alive(pid) for pid in compilers)
+    builder.send_signal(signal.SIGKILL)  # no Python clean-up runs
+    builder.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in compilers):
+        assert time.monotonic() < deadline, "the compiler outlived the killed build"
+        time.sleep(0.1)
+    assert [p.name for p in empty_cache.glob(".partial-*")], "expected the killed build's folder to be left"
+    assert not build.library_path().exists()
+
+    monkeypatch.setenv("FAKE_CXX_MODE", "ok")
+    built = build.build(quiet=True)
+    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name]
