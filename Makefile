@@ -4,7 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-TORCH_CPU := torch==2.13.0
+# torch's CPU build, by name: `.ci/cpu_torch.py` takes torch==$(TORCH_VERSION)+cpu from PyTorch's CPU wheel index
+# (TORCH_CPU_INDEX), or, where that index is unreachable, torch==$(TORCH_VERSION) from pip's configured index after a
+# dry run shows no CUDA package in the plan (tests/test_packaging.py runs the same check on the whole set-up).
+TORCH_VERSION := 2.13.0
+export TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,deepspeed
 JUPYTER_PORT ?= 8888
@@ -26,10 +30,11 @@ $(STAMP): pyproject.toml Makefile
 		$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/constraints.txt; \
 	else \
 		$(PYTHON) -m venv $(VENV); \
-		echo "$(TORCH_CPU)" > $(VENV)/constraints.txt; \
+		echo "torch==$(TORCH_VERSION)" > $(VENV)/constraints.txt; \
 	fi
 	$(PIP) install -q --upgrade pip
-	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PIP) install -q -c $(VENV)/constraints.txt $(TORCH_CPU); fi
+	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then \
+		$(PY) .ci/cpu_torch.py $(TORCH_VERSION) -q -c $(VENV)/constraints.txt || exit 1; fi
 	@# On a Gaudi, Habana's DeepSpeed fork (e.g. 0.14.4+hpu.synapse.v1.18.0) is outside the deepspeed extra's range:
 	@# keep it rather than let pip replace it with upstream DeepSpeed.
 	@extras="$(EXTRAS)"; \
@@ -50,8 +55,7 @@ $(STAMP): pyproject.toml Makefile
 	@# DeepSpeed, not inside a notebook.
 	@if $(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)"; then \
 		echo "building DeepSpeed's CPU Adam op into $(TORCH_EXTENSIONS_DIR) (once, a minute or two)"; \
-		$(PY) -c "from hpu_nb.core.strategies.deepspeed import require_deepspeed; require_deepspeed(); \
-from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('CPUAdamBuilder').load()" >/dev/null; \
+		$(PY) -m hpu_nb.emulator.hpu_device deepspeed-ops >/dev/null; \
 	fi
 	@touch $(STAMP)
 
