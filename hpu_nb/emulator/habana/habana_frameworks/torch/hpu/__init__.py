@@ -339,6 +339,52 @@ def get_dynamic_shape_status() -> bool:
     return compile_backend.dynamic_shapes_enabled()
 
 
+# -- autocast state of the hpu device, as Habana's hpu module reads and sets it (torch's own per-device state) -------
+def set_autocast_hpu_enabled(enabled: Any) -> None:
+    """Like Habana's binding, only the object True enables (1 or "yes" disable)."""
+    torch.set_autocast_enabled("hpu", enabled is True)
+
+
+def is_autocast_hpu_enabled() -> bool:
+    """True inside `torch.autocast("hpu", ...)` (optimum-habana's gradient checkpointing re-enters it with this)."""
+    return torch.is_autocast_enabled("hpu")
+
+
+def set_autocast_hpu_dtype(dtype: torch.dtype) -> None:
+    torch.set_autocast_dtype("hpu", dtype)
+
+
+def get_autocast_hpu_dtype() -> torch.dtype:
+    """The hpu autocast dtype: the one given to torch.autocast("hpu") inside it, bfloat16 by default."""
+    return torch.get_autocast_dtype("hpu")
+
+
+# -- the fused-SDPA recompute switch (hpex.kernels.FusedSDPA reads it when called with recompute_mode=None) ----------
+_recompute_sdp = True  # Habana's runtime default (backend/helpers/runtime_config.cpp): recompute enabled
+
+
+def enable_recompute_sdp(enabled: bool) -> None:
+    """Recompute FusedSDPA's attention probabilities in backward instead of keeping them (a memory trade on a Gaudi;
+    the same numbers on the emulated one)."""
+    global _recompute_sdp
+    _recompute_sdp = bool(enabled)
+
+
+def recompute_sdp_enabled() -> bool:
+    return _recompute_sdp
+
+
+@contextlib.contextmanager
+def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict]:
+    """Within the block, FusedSDPA calls without a recompute_mode use `enable_recompute` (Habana yields {})."""
+    previous = recompute_sdp_enabled()
+    try:
+        enable_recompute_sdp(enable_recompute)
+        yield {}
+    finally:
+        enable_recompute_sdp(previous)
+
+
 # -- HPU graphs: in lazy mode only, as in Habana's software (its hpu module imports them only when is_lazy()) --
 _GRAPH_NAMES = ("HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "wrap_in_hpu_graph",
                 "wrap_in_hpu_graph_func")
