@@ -42,14 +42,17 @@ class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on t
         pass
 
 
+def emulated_spec() -> Any:
+    """The module spec of the emulated top-level `habana_frameworks` (its submodules come from its __path__)."""
+    return importlib.util.spec_from_file_location(PACKAGE, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
+
+
 class _EmulatedHabanaFinder:  # a MetaPathFinder, duck-typed
     """Finds the emulated top-level `habana_frameworks` package (its submodules come from its __path__)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname == PACKAGE:
-            return importlib.util.spec_from_file_location(
-                PACKAGE, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)]
-            )
+            return emulated_spec()
         if fullname == "torch.hpu" and real_habana_spec() is None:
             return importlib.machinery.ModuleSpec(fullname, _TorchHpuLoader())
         return None
