@@ -1,0 +1,23 @@
+"""habana_frameworks.torch.hpex.optimizers.MarkstepAdam, emulated: torch's Adam with a mark_step around each group's
+update, as the bridge's copy of torch.optim.Adam does (a no-op in eager mode; counted in lazy mode)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from habana_frameworks.torch.core import step_closure
+
+__emulated__ = True
+__all__ = ["Adam"]
+
+
+class Adam(torch.optim.Adam):
+    """torch.optim.Adam, same arguments and update; lazy mode marks a step before and after the update."""
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        step_closure.mark_step()
+        loss = super().step(closure)
+        step_closure.mark_step()
+        return loss

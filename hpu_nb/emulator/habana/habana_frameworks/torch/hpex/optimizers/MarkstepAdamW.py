@@ -1,0 +1,23 @@
+"""habana_frameworks.torch.hpex.optimizers.MarkstepAdamW, emulated: torch's AdamW with a mark_step around each group's
+update, as the bridge's copy of torch.optim.AdamW does (a no-op in eager mode; counted in lazy mode)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from habana_frameworks.torch.core import step_closure
+
+__emulated__ = True
+__all__ = ["AdamW"]
+
+
+class AdamW(torch.optim.AdamW):
+    """torch.optim.AdamW, same arguments and update; lazy mode marks a step before and after the update."""
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        step_closure.mark_step()
+        loss = super().step(closure)
+        step_closure.mark_step()
+        return loss
