@@ -387,7 +387,7 @@ def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict]:
 
 # -- HPU graphs: in lazy mode only, as in Habana's software (its hpu module imports them only when is_lazy()) --
 _GRAPH_NAMES = ("HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "wrap_in_hpu_graph",
-                "wrap_in_hpu_graph_func")
+                "wrap_in_hpu_graph_func", "CachedParams", "copy_to", "input_hash")
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ Gaudi), only without the speed-up.
 
 from __future__ import annotations
 
+import collections
 import warnings
 from typing import Any, Callable, Optional
 
@@ -17,8 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "wrap_in_hpu_graph",
-           "wrap_in_hpu_graph_func"]
+__all__ = ["CachedParams", "HPUGraph", "ModuleCacher", "copy_to", "graph", "input_hash", "make_graphed_callables",
+           "wrap_in_hpu_graph", "wrap_in_hpu_graph_func"]
 
 NOTICE = (
     "hpu_nb: the emulated Gaudi captures no HPU graph: wrapped modules and graphed callables run unchanged, and"
@@ -161,3 +162,55 @@ class ModuleCacher:
                  **kwargs: Any) -> torch.nn.Module:
         say_once()
         return model
+
+
+# -- the helpers Gaudi code uses to keep its own cache of graphs (optimum-habana's diffusion pipelines do) --
+
+
+class CachedParams:
+    """One cached graph with its static inputs and outputs (the bridge's record, field for field)."""
+
+    def __init__(self, graph_inputs: Any, graph_outputs: Any, graph: Any, out_tinfo_list: Any = None,
+                 asynchronous: bool = False) -> None:
+        self.graph_inputs = graph_inputs
+        self.graph_outputs = graph_outputs
+        self.graph = graph
+        self.out_tinfo_list = out_tinfo_list
+        self.asynchronous = asynchronous
+
+
+def _autocast_on() -> bool:
+    return torch.is_autocast_enabled("hpu")
+
+
+def _view_signature(t: torch.Tensor) -> tuple:
+    """What the bridge's view hash tells apart: the layout of the view over its storage (and its dtype)."""
+    return (t.dtype, tuple(t.stride()), t.storage_offset())
+
+
+def input_hash(obj: Any) -> int:
+    """A key for a graph cache, as the bridge computes it: shapes and views of the tensors, other values by hash,
+    nested through dicts, lists and tuples; whether hpu autocast is on is part of it (another graph runs then)."""
+    if isinstance(obj, dict):
+        return input_hash(tuple(obj.items()))
+    if isinstance(obj, list) or (isinstance(obj, tuple) and not isinstance(obj, torch.Size)):
+        return hash((tuple(input_hash(el) for el in obj), _autocast_on()))
+    if torch.is_tensor(obj):
+        return hash((obj.shape, _view_signature(obj), _autocast_on()))
+    if isinstance(obj, collections.UserDict):
+        return hash(tuple((k, tuple(v)) for k, v in obj.items()))
+    return hash((obj, _autocast_on()))
+
+
+def copy_to(dst: Any, src: Any) -> None:
+    """Copy new inputs into a cached graph's static inputs, through the same nesting (types must match)."""
+    assert type(dst) is type(src), f"copy_to: {type(dst).__name__} and {type(src).__name__} differ"
+    if isinstance(dst, dict):
+        for (dk, dv), (sk, sv) in zip(dst.items(), src.items()):
+            assert dk == sk, f"copy_to: keys {dk!r} and {sk!r} differ"
+            copy_to(dv, sv)
+    elif isinstance(dst, list) or (isinstance(dst, tuple) and not isinstance(dst, torch.Size)):
+        for d, s in zip(dst, src):
+            copy_to(d, s)
+    elif torch.is_tensor(dst):
+        dst.copy_(src, non_blocking=True)
