@@ -43,12 +43,14 @@ class CTCLoss(torch.autograd.Function):
         with torch.autocast("hpu", enabled=False):
             losses, alpha = torch.ops.aten._ctc_loss(log_probs, targets, input_lengths, target_lengths, blank,
                                                      zero_infinity)
+            # backward needs the raw losses (it zeroes the gradients of the infinite ones itself)
+            kept = losses.masked_fill(torch.isinf(losses), 0.0) if zero_infinity else losses
             if reduction_enum == _MEAN:
-                loss = (losses / target_lengths.clamp_min(1).to(losses.dtype)).mean()
+                loss = (kept / target_lengths.clamp_min(1).to(kept.dtype)).mean()
             elif reduction_enum == _SUM:
-                loss = losses.sum()
+                loss = kept.sum()
             else:
-                loss = losses
+                loss = kept.clone()
         ctx.save_for_backward(log_probs, targets, input_lengths, target_lengths, losses, alpha)
         ctx.blank, ctx.reduction, ctx.zero_infinity = blank, reduction_enum, zero_infinity
         return loss
