@@ -1,10 +1,18 @@
-"""habana_frameworks.torch.utils.experimental, emulated: which Gaudi generation this is."""
+"""habana_frameworks.torch.utils.experimental, emulated: which Gaudi generation this is, and the recompilation
+detector (`detect_recompilation_auto_model`, `data_dynamicity`, `const_shape_dataloader`), as the bridge's package."""
 
 from __future__ import annotations
 
 import enum
 
+from habana_frameworks.torch.utils.experimental.detect_recompilation import (  # noqa: F401  (re-exported as Habana's)
+    const_shape_dataloader,
+    data_dynamicity,
+    detect_recompilation_auto_model,
+)
 from hpu_nb.emulator import hpu_device
+
+__emulated__ = True
 
 
 class synDeviceType(enum.IntEnum):  # noqa: N801 (Habana's name)
