@@ -9,8 +9,11 @@
 5. Malformed events: a ~600k-event tile of the same trace, clean and with ONE bad event in its middle (NaN,
    Infinity, a lone surrogate, a raw newline, deeply nested args), loaded side by side: time and peak-memory ratios
    against the clean file (bound: <= 1.2x), and the events kept.
+6. Gzip bombs (hostile files): a 2 MB .json.gz of zeros and a 4 MB .json.gz of whitespace inside "traceEvents"
+   (about 2 GB and 4 GB decompressed): the answer, its time and the loader's peak memory (bounds: 60 s, 1.5 GB).
 
     .venv/bin/python benchmarks/bench_traces.py [--events 1000000] [--malformed-events 600000] [--repeat 2] [--keep DIR]
+                                                [--bombs-only]
 """
 
 from __future__ import annotations
@@ -156,6 +159,52 @@ def with_one_bad_event(src: str, dst: str, bad: str) -> None:
         out.writelines(lines)
 
 
+BOMB_LOAD = r"""
+import json, resource, sys, time
+import hpu_nb.traces as traces
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+try:
+    answer = f"loaded {len(traces.load(sys.argv[1])):,} events"
+except ValueError as err:
+    answer = f"refused: {str(err)[:90]}"
+peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+print(json.dumps(dict(seconds=time.perf_counter() - t, peak_mb=peak, answer=answer)))
+"""
+
+
+def write_bomb(path: str, head: bytes, filler: bytes, compressed_mb: float, tail: bytes) -> int:
+    """A .gz of about `compressed_mb` MB that is `head`, then `filler` repeated, then `tail`; returns its size."""
+    import zlib
+
+    compress = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = filler * ((1 << 20) // len(filler))
+    with open(path, "wb") as fh:
+        written = fh.write(compress.compress(head))
+        while written < compressed_mb * 2**20:
+            written += fh.write(compress.compress(block))
+        fh.write(compress.compress(tail) + compress.flush())
+    return os.path.getsize(path)
+
+
+def gzip_bombs(work: str) -> None:
+    event = b'{"name": "op", "ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1}'
+    bombs = {
+        "zeros, 2 MB": (b"", b"\0", 2, b""),
+        "whitespace in traceEvents, 4 MB": (b'{"traceEvents": [' + event + b",", b" ", 4, event + b"]}"),
+    }
+    for name, (head, filler, mb, tail) in bombs.items():
+        path = os.path.join(work, "bomb.json.gz")
+        size = write_bomb(path, head, filler, mb, tail)
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        out = subprocess.run([sys.executable, "-c", BOMB_LOAD, path], capture_output=True, text=True, env=env,
+                             check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"gzip bomb ({name}, {size / 2**20:.1f} MiB on disk): {r['answer']} in {r['seconds']:.1f} s, peak"
+              f" +{r['peak_mb']:.0f} MiB  (bounds: 60 s, 1536 MiB)")
+        os.remove(path)
+
+
 def malformed_vs_clean(work: str, small: str, events: int, repeat: int) -> None:
     """Load time and peak memory of a trace with one bad event vs the same trace clean, side by side."""
     clean = os.path.join(work, "clean.pt.trace.json")
@@ -197,10 +246,14 @@ def main() -> None:
     ap.add_argument("--malformed-events", type=int, default=600_000, help="events of the malformed-vs-clean trace")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each loader (best is kept); 2+ on a busy machine")
     ap.add_argument("--keep", help="write the trace into this folder and keep it")
+    ap.add_argument("--bombs-only", action="store_true", help="only the gzip bombs (part 6)")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="hpu_nb_bench_traces_")
     os.makedirs(work, exist_ok=True)
     try:
+        gzip_bombs(work)
+        if args.bombs_only:
+            return
         t = time.perf_counter()
         small = profile_small_model(work)
         big = os.path.join(work, "tiled.pt.trace.json")

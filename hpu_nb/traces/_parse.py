@@ -37,6 +37,11 @@ _MAX_SPLIT_TRIES = 8
 MAX_TIME_US = 3e15
 GZIP_READ_SIZE = 256 << 10  # compressed bytes read at a time
 SUFFIX_LIMIT = 4 << 20  # bytes of top-level JSON kept after the events array (the rest is only counted)
+# Bounds that keep a hostile file (a gzip bomb of zeros or of whitespace) from growing the parser's buffer: a trace's
+# top-level keys before "traceEvents" are kilobytes, and one event is at most a few MB of args.
+HEADER_LIMIT = 16 << 20  # bytes searched for the start of the events array
+EVENT_LIMIT = 64 << 20  # bytes without an event boundary (one event, or padding) before reading stops
+GZIP_FEED_SIZE = 16 << 10  # compressed bytes handed to zlib at once: a corruption loses at most this much output
 
 
 def _squeeze(blob: bytes) -> bytes:
@@ -147,6 +152,7 @@ class ParseStats:
     dropped_bytes: int = 0  # trailing bytes of a truncated file that held no complete event
     trailing_bytes: int = 0  # bytes after the end of the trace's JSON document (a second document?)
     gzip_error: str | None = None  # a corrupt gzip stream: what zlib said, and where
+    stopped: str | None = None  # why reading stopped before the end of the file (an event too large to read)
     examples: list[str] = field(default_factory=list)  # a few malformed events, for the warning
 
     def note_malformed(self, raw: Any) -> None:
@@ -200,11 +206,12 @@ class _Columns:
         n = len(kept)
         ts = np.fromiter([e.ts for e in kept], np.float64, n)
         dur = np.fromiter([e.dur for e in kept], np.float64, n)
-        good = (np.abs(ts) <= MAX_TIME_US) & (np.abs(dur) <= MAX_TIME_US)  # False for NaN and infinities too
+        good = (np.abs(ts) <= MAX_TIME_US) & (dur >= 0) & (dur <= MAX_TIME_US)  # False for NaN and infinities too
         if not good.all():  # rare: count them, keep the others
             for i in np.flatnonzero(~good):
                 e = kept[i]
-                stats.note_malformed(f"{e.name!r} at ts={e.ts!r} us, dur={e.dur!r} us: beyond +-{MAX_TIME_US:.0e} us")
+                why = "a negative duration" if e.dur < 0 else f"beyond +-{MAX_TIME_US:.0e} us"
+                stats.note_malformed(f"{e.name!r} at ts={e.ts!r} us, dur={e.dur!r} us: {why}")
             kept = [e for e, ok in zip(kept, good.tolist()) if ok]
             ts, dur, n = ts[good], dur[good], len(kept)
             if not kept:
@@ -345,38 +352,43 @@ def _blocks(path: str, stats: ParseStats, block_size: int) -> Iterator[bytes]:
                 stats.bytes_read += len(block)
                 yield block
             return
-        unzip = zlib.decompressobj(wbits=31)
         pending: list[bytes] = []  # decompressed output, handed on in blocks of about block_size
         pending_size = 0
-        while chunk := fh.read(GZIP_READ_SIZE):  # small reads: a corruption loses at most one read's output
-            while chunk:
-                try:
-                    out = unzip.decompress(chunk)
-                except zlib.error as err:  # corrupt from here on: keep what we had
-                    stats.gzip_error = f"{err} (after {stats.bytes_read + pending_size:,} decompressed bytes)"
-                    stats.truncated = True
-                    if pending:
-                        stats.bytes_read += pending_size
-                        yield b"".join(pending)
-                    return
-                if out:
-                    pending.append(out)
-                    pending_size += len(out)
-                    if pending_size >= block_size:
-                        stats.bytes_read += pending_size
-                        yield b"".join(pending)
-                        pending, pending_size = [], 0
-                chunk = unzip.unused_data  # concatenated gzip members
-                if unzip.eof:
-                    unzip = zlib.decompressobj(wbits=31)
-                else:
-                    chunk = b""
-        if not unzip.eof and unzip.unconsumed_tail == b"":
-            pending.append(unzip.flush())
-            pending_size += len(pending[-1])
+        for out in _gunzip(fh, stats, lambda: stats.bytes_read + pending_size):
+            pending.append(out)
+            pending_size += len(out)
+            if pending_size >= block_size:
+                stats.bytes_read += pending_size
+                yield b"".join(pending)
+                pending, pending_size = [], 0
         if pending_size:
             stats.bytes_read += pending_size
             yield b"".join(pending)
+
+
+def _gunzip(fh: Any, stats: ParseStats, produced: Any) -> Iterator[bytes]:
+    """Decompressed pieces of a gzip file (concatenated members too), each at most about GZIP_FEED_SIZE x the
+    compression ratio; at a corrupt point, stops after noting zlib's error in `stats` (all output before it is kept)."""
+    unzip = zlib.decompressobj(wbits=31)
+    while read := fh.read(GZIP_READ_SIZE):
+        for at in range(0, len(read), GZIP_FEED_SIZE):  # small feeds: a corruption loses at most one feed's output
+            chunk = read[at : at + GZIP_FEED_SIZE]
+            while chunk:
+                try:
+                    out = unzip.decompress(chunk)
+                except zlib.error as err:
+                    stats.gzip_error = f"{err} (after {produced():,} decompressed bytes)"
+                    stats.truncated = True
+                    return
+                if out:
+                    yield out
+                chunk = b""
+                if unzip.eof:  # the next member, if any, starts in what this one left
+                    chunk = unzip.unused_data
+                    unzip = zlib.decompressobj(wbits=31)
+    if not unzip.eof and unzip.unconsumed_tail == b"":
+        if tail := unzip.flush():
+            yield tail
 
 
 class _Parser:
@@ -423,7 +435,8 @@ class _Parser:
             except msgspec.DecodeError as err:
                 where = _error_offset(err, len(text))
                 if "trailing characters" in str(err):  # the array closed inside the range: events end here
-                    close = text.rindex(b"]", 0, where)  # msgspec names the byte after the first trailing one
+                    # msgspec names the byte after the first trailing character: the array closes before that one
+                    close = text.rindex(b"]", 0, where - 1)
                     self._add_text(text[: close + 1])
                     return len(piece), a + close
                 at = a + where - 1
@@ -578,15 +591,41 @@ class _Parser:
             if events_start is None:
                 events_start, prefix = self._find_events(buf)
                 if events_start is None:
+                    if len(buf) > HEADER_LIMIT:
+                        raise ValueError(f"not a Chrome trace: no 'traceEvents' array in its first {len(buf):,} bytes"
+                                         f" (first bytes: {buf[:60]!r})")
                     continue
                 buf = buf[events_start:]
+            if buf[:1].isspace():  # padding between events is dropped at once, however much of it there is
+                buf = buf.lstrip()
             buf, suffix = self._decode_upto_split(buf)
+            if suffix is None and len(buf) > EVENT_LIMIT:
+                buf = self._drop_padding(buf)
+            if suffix is None and len(buf) > EVENT_LIMIT:
+                self.stats.stopped = (f"{len(buf):,} bytes without the end of an event, from decompressed byte"
+                                      f" {self.stats.bytes_read - len(buf):,} (one giant event, or padding inside one)")
+                self.stats.truncated = True
+                self.stats.dropped_bytes = len(buf)
+                return self._result(prefix, b"")
         if events_start is None:
             events_start, prefix = self._find_events(buf, at_eof=True)
             buf = buf[events_start:]
         if suffix is None:
             suffix = self._finish(buf)
         return self._result(prefix, suffix)
+
+    def _drop_padding(self, buf: bytes) -> bytes:
+        """Whole events followed by a comma and a long run of whitespace: decode the events, drop the padding.
+
+        Only when they decode as complete events: otherwise the whitespace may lie inside a string, where it counts."""
+        head = buf.rstrip()
+        if len(head) == len(buf) or not head.endswith(b","):
+            return buf
+        try:
+            self._add_text(b"[" + head[:-1] + b"]")
+        except (msgspec.DecodeError, RecursionError):
+            return buf
+        return b""
 
     def _grow_suffix(self, suffix: bytes, block: bytes) -> bytes:
         """Keep at most SUFFIX_LIMIT bytes of what follows the events (top-level keys); count the rest."""
@@ -672,7 +711,7 @@ class _Parser:
         except msgspec.DecodeError as err:
             if "trailing characters" not in str(err):
                 return _salvage_header(prefix)
-            end = text.rindex(b"}", 0, _error_offset(err, len(text))) + 1  # msgspec names the byte after the first
+            end = text.rindex(b"}", 0, _error_offset(err, len(text)) - 1) + 1  # msgspec: the byte after the first
             self.stats.trailing_bytes += len(text[end:].strip())
             try:
                 value = _decode_any(text[:end])
@@ -742,6 +781,13 @@ def _warn_unusual(path: str, stats: ParseStats) -> None:
         warnings.warn(
             f"{path}: the gzip data is corrupt from some point on ({stats.gzip_error}); the events before it were"
             " loaded.",
+            TraceLoadWarning,
+            stacklevel=4,
+        )
+    if stats.stopped is not None:
+        warnings.warn(
+            f"{path}: reading stopped at {stats.stopped}; the events before it were loaded. A trace hpu_nb can show"
+            f" has event boundaries at least every {EVENT_LIMIT >> 20} MB.",
             TraceLoadWarning,
             stacklevel=4,
         )

@@ -468,7 +468,11 @@ class TraceSummary:
 def _load_note(trace: Trace) -> str:
     s = trace.stats
     notes = []
-    if s.truncated:
+    if s.gzip_error is not None:
+        notes.append("corrupt gzip data: the rest of the file was not read")
+    elif s.stopped is not None:
+        notes.append("an event too large to read: the rest of the file was not read")
+    elif s.truncated:
         notes.append(f"truncated file: {s.dropped_bytes:,} trailing bytes dropped")
     if s.malformed:
         notes.append(f"{s.malformed:,} malformed events skipped")
@@ -629,7 +633,7 @@ def load(path: str | os.PathLike, keep_args: bool = True) -> Trace:
     parsed = parse_file(target, keep_args=keep_args)
     trace = Trace(parsed, target)
     s = parsed.stats
-    if s.truncated:
+    if s.truncated and s.gzip_error is None and s.stopped is None:  # those two have warnings of their own
         warnings.warn(
             f"{target}: the trace ends early (a crashed or interrupted run?): loaded {len(trace):,} complete "
             f"events from {s.bytes_read:,} bytes; {s.dropped_bytes:,} trailing bytes held no complete event "
