@@ -110,6 +110,17 @@ def test_fused_sdpa_matches_torch_forward_and_backward(case, recompute):
     assert_grads_match([dq, dk, dv], [cq, ck, cv])
 
 
+def test_a_mask_with_is_causal_applies_both():
+    torch.manual_seed(19)
+    q, k, v = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    keep = torch.rand(2, 1, 5, 5) > 0.4
+    keep[..., 0] = True
+    with torch.no_grad():
+        out = sdpa(q.to(HPU), k.to(HPU), v.to(HPU), keep.to(HPU), 0.0, True)
+    both = keep & torch.ones(5, 5, dtype=torch.bool).tril()
+    torch.testing.assert_close(out.cpu(), torch_sdpa(q, k, v, both), **TOL)
+
+
 def test_fused_sdpa_as_optimum_habana_llama_calls_it():
     """First token: causal, recompute from the model's flag, valid lengths None; next token: one query, a mask."""
     torch.manual_seed(1)

@@ -6,6 +6,8 @@ return_attn_probs)` (positional, as every autograd Function), the same argument 
 asserts), grouped-query k/v (fewer key/value heads than query heads, each serving a group of query heads; one k/v head
 broadcasts), boolean (True attends) or additive float masks, `valid_seq_len` with left/right padding (inference with
 the causal mask only), and the same outputs (the attention probabilities / dropout mask in inference on request).
+Where Habana's sources say nothing, the emulation chooses and says so: a mask given with is_causal=True applies both;
+a query that may see no key at all (left padding under valid_seq_len) gets a zero output.
 
 On the emulated Gaudi the maths is computed with torch's CPU ops in float32 and returned in the input dtype (under
 `torch.autocast("hpu")` q/k/v are first cast to the autocast dtype, as the Gaudi op is in its lower-precision list).
