@@ -231,6 +231,22 @@ def test_dropout_backward_uses_the_forward_mask():
     assert_grads_match([dq, dk, dv], [cq, ck, cv])
 
 
+def test_dropout_in_recompute_mode_as_model_references_bert_calls_it():
+    """`FusedSDPA.apply(q, k, v, attention_mask, dropout_prob)` (recompute on by default): v = identity makes the output
+    show the dropped weights, and the gradient of v must come from the same mask (dv[s] = sum over queries t)."""
+    torch.manual_seed(20)
+    p, seq = 0.4, 16
+    q, k = torch.zeros(2, 2, seq, 8, device=HPU), torch.zeros(2, 2, seq, 8, device=HPU)
+    (v,) = on_hpu(torch.eye(seq).expand(2, 2, seq, seq))
+    extended_mask = torch.zeros(2, 1, 1, seq, device=HPU)  # BERT's additive mask, nothing hidden
+    assert ht.recompute_sdp_enabled()
+    out = FusedSDPA.apply(q, k, v, extended_mask, p)
+    weights = out.detach().cpu()
+    assert set(torch.unique(weights * seq * (1 - p)).round().tolist()) == {0.0, 1.0}
+    out.sum().backward()
+    torch.testing.assert_close(v.grad.cpu(), weights.sum(-2).unsqueeze(-1).expand(2, 2, seq, seq), **TOL)
+
+
 def test_attention_probabilities_in_inference_with_grouped_heads():
     torch.manual_seed(8)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
