@@ -116,3 +116,56 @@ def test_a_killed_build_leaves_no_compiler_running_and_the_next_build_discards_i
     monkeypatch.setenv("FAKE_CXX_MODE", "ok")
     built = build.build(quiet=True)
     assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name]
+
+
+# -- the set-up's torch: the CPU build by name, no CUDA package planned ----------------------------------------------
+def _cpu_torch_module():  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cpu_torch", REPO / ".ci" / "cpu_torch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _makefile_value(name: str) -> str:
+    for line in (REPO / "Makefile").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.rstrip("?: ").removeprefix("export ").strip() == name and value:
+            return value.strip()
+    raise AssertionError(f"{name} is not set in the Makefile")
+
+
+def test_the_cuda_check_recognizes_cuda_packages_in_a_pip_report() -> None:
+    cuda_packages = _cpu_torch_module().cuda_packages
+
+    def report(*dists: tuple[str, str]) -> dict:
+        return {"install": [{"metadata": {"name": name, "version": version}} for name, version in dists]}
+
+    assert cuda_packages(report(("torch", "2.13.0+cpu"), ("numpy", "2.1.0"), ("lightning", "2.6.0"))) == []
+    assert cuda_packages(report(("torch", "2.13.0"), ("nvidia-cublas-cu12", "12.4.5.8"), ("triton", "3.1.0"))) == [
+        "nvidia-cublas-cu12==12.4.5.8", "triton==3.1.0"]
+    assert cuda_packages(report(("torch", "2.13.0+cu126"), ("cuda-bindings", "12.9.0"))) == [
+        "torch==2.13.0+cu126", "cuda-bindings==12.9.0"]
+
+
+@pytest.mark.slow
+def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path) -> None:
+    """What `make setup` installs on a machine without a Gaudi, planned from scratch (pip --dry-run --ignore-installed):
+    torch at the Makefile's version, a CPU build, and not one nvidia-* / cuda-* / triton package."""
+    import json
+
+    from tests.packaging.fresh_venv import copy_tracked_files
+
+    source = copy_tracked_files(tmp_path / "src")
+    version, extras = _makefile_value("TORCH_VERSION"), _makefile_value("EXTRAS")
+    report_path = tmp_path / "plan.json"
+    done = subprocess.run([sys.executable, str(REPO / ".ci" / "cpu_torch.py"), version, "--plan", str(report_path),
+                           "--no-build-isolation", f".[{extras}]"], cwd=source, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    planned = {item["metadata"]["name"].lower(): item["metadata"]["version"]
+               for item in json.loads(report_path.read_text())["install"]}
+    assert planned["torch"].split("+")[0] == version
+    assert "+cu" not in planned["torch"]
+    assert not [name for name in planned if name.startswith(("nvidia-", "cuda-", "triton"))]
+    assert {"hpu_nb", "lightning", "deepspeed"} <= set(planned)  # the whole set-up was planned, not torch alone
