@@ -19,6 +19,7 @@ from habana_frameworks.torch.hpu import graphs
 
 NEW_MODULES = (
     "habana_frameworks.torch.hpex.optimizers",
+    "habana_frameworks.torch.hpex.optimizers.distributed.FusedAdamW",
     "habana_frameworks.torch.hpex.movingavrg",
     "habana_frameworks.torch.utils.experimental",
     "habana_frameworks.torch.utils.experimental.detect_recompilation",

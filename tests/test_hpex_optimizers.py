@@ -215,6 +215,27 @@ def test_fused_adamw_marks_steps_in_lazy_mode_only(monkeypatch: pytest.MonkeyPat
     assert htcore.placed_mark_steps == before + 2  # one before the group, one after the step
 
 
+def test_functional_distributed_fused_adamw_takes_gradients_and_habanas_step() -> None:
+    from habana_frameworks.torch.hpex.optimizers.distributed.FusedAdamW import FusedAdamW as FunctionalFusedAdamW
+
+    lr, betas, eps, wd = 1e-2, (0.9, 0.999), 1e-3, 0.1
+    w0 = torch.randn(24, generator=torch.Generator().manual_seed(6))
+    grads = [[torch.randn(24, generator=torch.Generator().manual_seed(50 + t))] for t in range(STEPS)]
+    p = w0.clone().to("hpu")
+    opt = FunctionalFusedAdamW([p], lr=lr, betas=betas, eps=eps, weight_decay=wd)
+    for (g,) in grads:
+        opt.step([g.to("hpu")])
+    torch.testing.assert_close(p.cpu(), habana_adamw_reference([w0], grads, lr, betas, eps, wd)[0], rtol=1e-6,
+                               atol=1e-7)
+    assert opt.state[p]["step"].item() == STEPS
+    with pytest.raises(ValueError, match="size of the parameters"):
+        opt.step([])
+    with pytest.raises(RuntimeError, match="step_param"):
+        opt.step_param(p, p)
+    with pytest.raises(ValueError, match="empty parameter list"):
+        FunctionalFusedAdamW([])
+
+
 # ------------------------------------------------------------------------------------------------------ FusedSGD
 
 

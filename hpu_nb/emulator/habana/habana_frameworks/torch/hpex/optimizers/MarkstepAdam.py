@@ -1,5 +1,5 @@
-"""habana_frameworks.torch.hpex.optimizers.MarkstepAdam, emulated: torch's Adam with a mark_step around each group's
-update, as the bridge's copy of torch.optim.Adam does (a no-op in eager mode; counted in lazy mode)."""
+"""habana_frameworks.torch.hpex.optimizers.MarkstepAdam, emulated: torch's Adam with mark_steps around the update,
+as the bridge's copy of torch.optim.Adam does (a no-op in eager mode; counted in lazy mode)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""habana_frameworks.torch.hpex.optimizers.MarkstepAdamW, emulated: torch's AdamW with a mark_step around each group's
-update, as the bridge's copy of torch.optim.AdamW does (a no-op in eager mode; counted in lazy mode)."""
+"""habana_frameworks.torch.hpex.optimizers.MarkstepAdamW, emulated: torch's AdamW with mark_steps around the update,
+as the bridge's copy of torch.optim.AdamW does (a no-op in eager mode; counted in lazy mode)."""
 
 from __future__ import annotations
 

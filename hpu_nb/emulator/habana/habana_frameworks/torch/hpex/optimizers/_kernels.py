@@ -186,7 +186,8 @@ def adagrad(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], sums
 
 
 def ema(model_values: Sequence[torch.Tensor], ema_values: Sequence[torch.Tensor], decay: torch.Tensor) -> None:
-    """hpu::optimizer_ema: ema = ema * decay + (1 - decay) * value, for every entry of a state dict."""
+    """hpu::optimizer_ema: ema = ema * decay + (1 - decay) * value, for every entry of a state dict (integer entries,
+    such as BatchNorm's num_batches_tracked, too: truncated back to their dtype)."""
     if len(model_values) != len(ema_values):
         raise RuntimeError("model_inputs and updated_ema vector inputs must have the same number of elements but they"
                            f" respectively have: {len(model_values)}, {len(ema_values)}")
