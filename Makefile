@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 export TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,deepspeed
+EXTRAS ?= dev,deepspeed,optimum
 JUPYTER_PORT ?= 8888
 # DeepSpeed's C++ ops are compiled by torch into TORCH_EXTENSIONS_DIR (default: one folder per user, shared by every
 # checkout and venv, so each one rebuilds the others' ops). Ours live in the venv: built once by `make setup`, found by
