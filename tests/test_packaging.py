@@ -169,3 +169,133 @@ def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path) -> None:
     assert "+cu" not in planned["torch"]
     assert not [name for name in planned if name.startswith(("nvidia-", "cuda-", "triton"))]
     assert {"hpu_nb", "lightning", "deepspeed"} <= set(planned)  # the whole set-up was planned, not torch alone
+
+
+# -- the wheel and the sdist, installed into a fresh venv ------------------------------------------------------------
+SCRIPTS = Path(__file__).resolve().parent / "packaging"
+BUILD_MESSAGES = ("building the emulated hpu device", "DeepSpeed compiles", "Building extension module")
+
+
+def _version_in_source() -> str:
+    import re
+
+    (version,) = re.findall(r'^__version__ = "([^"]+)"$', (REPO / "hpu_nb" / "__init__.py").read_text(), re.M)
+    return version
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(source copy, sdist, wheel built from that sdist)."""
+    from tests.packaging.fresh_venv import build_sdist_and_wheel, copy_tracked_files
+
+    root = tmp_path_factory.mktemp("dists")
+    source = copy_tracked_files(root / "src")
+    return (source, *build_sdist_and_wheel(source, root / "dist"))
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(dists: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The wheel installed (not editable) into a new venv, an empty HPU_NB_CACHE_DIR, a work folder outside the repo."""
+    from tests.packaging.fresh_venv import make_venv, venv_env
+
+    root = tmp_path_factory.mktemp("fresh")
+    python = make_venv(root / "venv", dists[2])
+    cache, work = root / "cache", root / "work"
+    cache.mkdir()
+    work.mkdir()
+    # DeepSpeed's CPU Adam op: where `make setup` built it for these same packages (building it again costs minutes).
+    env = venv_env(root / "venv", HPU_NB_CACHE_DIR=str(cache),
+                   TORCH_EXTENSIONS_DIR=str(REPO / ".venv" / "torch_extensions"))
+    return {"root": root, "venv": root / "venv", "python": python, "cache": cache, "work": work, "env": env}
+
+
+def _run(venv: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(venv["python"]), *args], cwd=venv["work"], env=venv["env"], capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+def test_wheel_and_sdist_carry_every_file_of_the_package(dists: tuple[Path, Path, Path]) -> None:
+    import tarfile
+    import zipfile
+    from email.parser import Parser
+
+    source, sdist, wheel = dists
+    package_files = {str(p.relative_to(source)) for p in (source / "hpu_nb").rglob("*")
+                     if p.is_file() and p.suffix != ".md"}  # every file but notes for developers
+    top_level = {"_hpu_nb_autoload.py", "_hpu_nb_habana_finder.py", "hpu_nb-habana.pth"}
+    assert "hpu_nb/emulator/hpu_device/hpu_device.cpp" in package_files
+    with zipfile.ZipFile(wheel) as whl:
+        in_wheel = set(whl.namelist())
+        metadata = Parser().parsestr(whl.read(f"hpu_nb-{_version_in_source()}.dist-info/METADATA").decode())
+    assert sorted((package_files | top_level) - in_wheel) == []
+    with tarfile.open(sdist) as tar:
+        in_sdist = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    assert sorted((package_files | top_level | {"setup.py", "pyproject.toml", "MANIFEST.in"}) - in_sdist) == []
+    assert metadata["Version"] == _version_in_source()
+    assert metadata["Requires-Python"] == ">=3.10"
+    assert "Programming Language :: Python :: 3.11" in metadata.get_all("Classifier")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_installed_wheel_builds_the_device_trains_on_hpu_and_runs_gaudi_code(fresh_venv: dict) -> None:
+    """A new user's first steps with the wheel: nothing built yet, hpu_nb imported from the new venv."""
+    import json
+
+    venv = fresh_venv
+    site = str(venv["venv"] / "lib")
+    where = json.loads(_run(venv, "-c", "import importlib.metadata as m, json, hpu_nb; print(json.dumps("
+                                        "[hpu_nb.__file__, hpu_nb.__version__, m.version('hpu_nb')]))").stdout)
+    assert where[0].startswith(site) and where[1] == where[2] == _version_in_source()
+
+    assert not any(venv["cache"].iterdir())
+    trained = _run(venv, str(SCRIPTS / "train_on_hpu.py"))
+    assert "building the emulated hpu device" in trained.stderr  # at first use, from the wheel's C++ source
+    assert list(venv["cache"].glob("hpu_device-*.so"))
+    result = json.loads(trained.stdout.strip().splitlines()[-1])
+    assert result["hpu_nb"].startswith(site) and result["accelerator"] == "HPUAccelerator"
+    assert result["devices"] == ["hpu:0"]
+    assert result["losses"][-1] < 0.1 * result["losses"][0]
+
+    gaudi = _run(venv, str(SCRIPTS / "habana_first_line.py"))
+    result = json.loads(gaudi.stdout.strip().splitlines()[-1])
+    assert result["habana_frameworks"].startswith(site) and result["hpu_nb"].startswith(site)
+    assert result["device"] == "hpu:0"
+    assert "building" not in gaudi.stderr
+
+    (shown,) = json.loads(_run(venv, str(SCRIPTS / "hpu_info_magic.py")).stdout.strip().splitlines()[-1])
+    assert shown.startswith("Emulated Gaudi on the CPU")
+
+
+def _snapshot(*folders: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime for folder in folders if folder.exists() for p in folder.rglob("*")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_after_binders_postbuild_the_tutorial_notebooks_compile_nothing(fresh_venv: dict) -> None:
+    """binder/postBuild's build step run in the fresh venv, then notebooks 01 and 03 on its kernel: no cell builds the
+    device or a DeepSpeed op (nothing new in the cache folders, no build message in any output)."""
+    import json
+    import shlex
+
+    venv = fresh_venv
+    (step,) = [line for line in (REPO / "binder" / "postBuild").read_text().splitlines()
+               if "hpu_nb.emulator.hpu_device" in line]
+    words = shlex.split(step)  # [NAME=value ...] python -m hpu_nb.emulator.hpu_device ...
+    assignments = dict(w.split("=", 1) for w in words[:words.index("python")])
+    _run({**venv, "env": {**venv["env"], **assignments}}, *words[words.index("python") + 1:], timeout=900)
+    assert list(venv["cache"].glob("hpu_device-*.so"))
+    _run(venv, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
+
+    folders = (venv["cache"], Path(venv["env"]["TORCH_EXTENSIONS_DIR"]))
+    before = _snapshot(*folders)
+    notebooks = [str(REPO / "notebooks" / name) for name in ("01_getting_started.ipynb", "03_distributed.ipynb")]
+    outputs = json.loads(_run(venv, str(SCRIPTS / "run_notebooks.py"), str(venv["work"]), *notebooks,
+                              timeout=1100).stdout.strip().splitlines()[-1])
+    assert set(outputs) == {"01_getting_started.ipynb", "03_distributed.ipynb"}
+    for name, text in outputs.items():
+        assert not [m for m in BUILD_MESSAGES if m in text], f"{name} compiled something:\n{text[-3000:]}"
+    assert _snapshot(*folders) == before

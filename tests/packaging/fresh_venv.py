@@ -21,8 +21,10 @@ DEPS_PTH = "zz_hpu_nb_test_deps.pth"  # sorted last among the venv's .pth files
 
 
 def copy_tracked_files(dest: Path) -> Path:
-    """The checkout as a fresh clone has it (its tracked files, as they are in the working tree)."""
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True, capture_output=True).stdout
+    """The checkout's files as a clone of it would have them: tracked and not-ignored ones, as in the working tree
+    (what the editable install in .venv runs; in CI that is the commit)."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           check=True, capture_output=True).stdout
     for name in names.decode().split("\0"):
         if name and (REPO / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
