@@ -14,7 +14,8 @@ import textwrap
 import pytest
 import torch
 
-from hpu_nb.emulator import hpu_device, is_out_of_memory
+from hpu_nb.emulator import hpu_device
+from hpu_nb.runtime import is_out_of_memory
 from hpu_nb.emulator.backend import EmulatedBackend
 from hpu_nb.emulator.hpu_device import autocast as hpu_autocast_lists
 
@@ -386,3 +387,16 @@ def test_list_lines_that_are_not_aten_ops_are_named(tmp_path):
     path.write_text("linear\nLinear \n# comment\n")
     with pytest.warns(UserWarning, match=r"2 line\(s\).*'# comment'.*'Linear '"):
         hpu_autocast_lists.lists_from_environment({hpu_autocast_lists.LOWER_LIST_ENV: str(path)})
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo"])
+def test_a_device_or_fifo_named_as_an_op_list_is_refused_at_once(tmp_path, name):
+    """/dev/zero used to be read forever (22 GB until the OOM killer); a FIFO with no writer blocked forever."""
+    path = name
+    if name == "fifo":
+        path = str(tmp_path / "ops.fifo")
+        os.mkfifo(path)
+    for env in (hpu_autocast_lists.LOWER_LIST_ENV, hpu_autocast_lists.FP32_LIST_ENV):
+        with pytest.warns(UserWarning, match="not a regular file"):
+            lists = hpu_autocast_lists.lists_from_environment({env: path})
+        assert lists.lower == hpu_autocast_lists.DEFAULT_LOWER_OPS and lists.fp32 == hpu_autocast_lists.DEFAULT_FP32_OPS

@@ -22,11 +22,12 @@ import difflib
 import functools
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Union
+
+from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
 OpListSource = Union[str, os.PathLike, Iterable[str], None]
 
@@ -102,20 +103,9 @@ def read_op_file(path: str | os.PathLike, *, what: str = "op list") -> tuple[OpE
     it."""
     p = Path(path).expanduser()
     try:
-        mode = p.stat().st_mode
-    except FileNotFoundError:
-        raise OpListError(f"{what} file {str(path)!r} does not exist (resolved to {p.resolve()}).") from None
-    except OSError as err:
-        raise OpListError(f"{what} file {str(path)!r} cannot be read: {err.strerror or err}.") from None
-    if stat.S_ISDIR(mode):
-        raise OpListError(f"{what} file {str(path)!r} is a directory: name a text file with one op name per line.")
-    if not stat.S_ISREG(mode):  # /dev/null, a pipe (which would block), a socket...
-        raise OpListError(f"{what} file {str(path)!r} is not a regular file (a device or a pipe): name a text file with"
-                          " one op name per line.")
-    try:
-        raw = p.read_bytes()
-    except OSError as err:
-        raise OpListError(f"{what} file {str(path)!r} cannot be read: {err.strerror or err}.") from None
+        raw = read_small_file(p, f"{what} file")
+    except UnreadableFileError as err:
+        raise OpListError(str(err)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -34,6 +34,7 @@ from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
+from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
 __all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "require_deepspeed"]
 
@@ -211,12 +212,14 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             )
         if isinstance(config, dict):
             config = copy.deepcopy(config)  # Lightning fills in the config; keep the user's dict as it was
-        elif isinstance(config, (str, Path)) and not os.path.isfile(config):
+        elif isinstance(config, (str, Path)) and not os.path.exists(config):
             raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} does not exist.")
         elif isinstance(config, (str, Path)):
             try:
-                config = json.loads(Path(config).read_text())
-            except json.JSONDecodeError as err:
+                config = json.loads(read_small_file(config, "DeepSpeed config file"))
+            except UnreadableFileError as err:
+                raise MisconfigurationException(str(err)) from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} is not valid JSON: "
                                                 f"{err}") from None
         if config is None and (offload_parameters and (not zero_optimization or stage != 3)):

@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass
 from enum import IntEnum
 
+from hpu_nb.runtime.files import read_small_file
 from hpu_nb.runtime.generations import EMULATED_RELEASE, FP32_LIST_ENV, LOWER_LIST_ENV
 
 DEFAULT_LOWER_OPS = frozenset({
@@ -81,12 +82,10 @@ def read_list_file(
     if not path:
         return default, "default"
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-        text = raw.decode("utf-8")
-    except OSError as err:
-        warnings.warn(f"{env_name}={path!r} cannot be read ({err.strerror or err}); the default autocast list is"
-                      " used, as on a Gaudi.", stacklevel=3)
+        text = read_small_file(path, "op-list file").decode("utf-8")
+    except OSError as err:  # missing, unreadable, a device such as /dev/zero, a FIFO, too large
+        warnings.warn(f"{env_name}={path!r} cannot be read ({err}); the default autocast list is used, as on a"
+                      " Gaudi.", stacklevel=3)
         return default, "default"
     except UnicodeDecodeError:
         warnings.warn(f"{env_name}={path!r} is not a text file of op names (one ATen op per line); the default"
