@@ -1,0 +1,150 @@
+"""Gaudi code written by others runs unchanged on the emulated Gaudi (issue 17, part 6).
+
+Each script under tests/third_party/ is written as its authors' users write Gaudi code, and runs in its own interpreter
+so that the import order is the script's own (Habana's examples import habana_frameworks before torch) and nothing of
+pytest's process (hpu_nb imported, its fixtures) leaks in:
+- a Habana Model-References-style training script (htcore first, mark_step, HPU graphs for eval in lazy mode);
+- lightning-habana's examples/pytorch/hpu_graphs.py flows, rewritten with hpu_nb's imports on synthetic data;
+- Hugging Face optimum-habana 1.21.2: GaudiTrainer on a tiny random Llama (fused AdamW, fused clip-norm, bf16
+  autocast; eager and lazy), and generation with HPU graphs against plain transformers on the CPU.
+
+The optimum-habana tests need the `optimum` extra (`make setup` installs it) and skip, saying so, without it. Two
+things stand in for what a Gaudi machine has, both only in those subprocesses:
+- PATH starts with this interpreter's bin directory, as in an activated venv: optimum-habana reads the Gaudi software
+  version at import with the shell command `pip list | grep habana-torch-plugin`, which must find this venv's pip.
+- torchvision: optimum-habana's `adapt_transformers_to_gaudi()` imports GLM-4V's tokenizer, which does
+  `from torchvision import transforms` at import. torchvision's PyPI wheels for torch 2.13 link CUDA torch and do not
+  import beside the CPU build installed here (PyTorch's own CPU wheel index is out of reach), so where no importable
+  torchvision is installed, tests/third_party/torchvision_standin is put on PYTHONPATH: a package that makes that one
+  import succeed and fails loudly on any use. Nothing these tests run uses torchvision.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+THIRD_PARTY = Path(__file__).parent / "third_party"
+TORCHVISION_STANDIN = THIRD_PARTY / "torchvision_standin"
+OPTIMUM_HABANA = "1.21.2"
+
+
+def optimum_habana_version() -> str | None:
+    try:
+        return importlib.metadata.version("optimum-habana")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+needs_optimum_habana = pytest.mark.skipif(
+    optimum_habana_version() is None,
+    reason="optimum-habana is not installed: it comes with the `optimum` extra (pip install -e '.[optimum]'), which"
+           " `make setup` / `make test` install",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def torchvision_imports() -> bool:
+    """Whether a real torchvision is installed and imports beside this torch (asked in a fresh interpreter)."""
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    probe = subprocess.run([sys.executable, "-c", "import torchvision.transforms"], capture_output=True, timeout=120,
+                           check=False)
+    return probe.returncode == 0
+
+
+def run_script(script: str, *args: str, lazy: bool, cwd: Path, torchvision_standin: bool = False,
+               timeout: int = 300) -> dict[str, Any]:
+    """Run a script of tests/third_party in a fresh interpreter, in the given execution mode; its last stdout line
+    is its JSON result."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_", "HABANA_"))}
+    env["PT_HPU_LAZY_MODE"] = "1" if lazy else "0"
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # an activated venv
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: every model here is built from a config
+    if torchvision_standin and not torchvision_imports():
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TORCHVISION_STANDIN), env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, str(THIRD_PARTY / script), *args], env=env, cwd=cwd, capture_output=True,
+                            text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, f"{script} failed:\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def learned(losses: list[float], factor: float) -> bool:
+    """The mean of the last quarter of the losses is below `factor` times the mean of the first quarter."""
+    quarter = max(1, len(losses) // 4)
+    return sum(losses[-quarter:]) / quarter < factor * sum(losses[:quarter]) / quarter
+
+
+# -- Habana's Model-References ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+def test_a_model_references_script_that_imports_habana_first_trains_and_evaluates(tmp_path, lazy):
+    script = THIRD_PARTY / "model_references_hello.py"
+    assert script.read_text().splitlines()[0].startswith("import habana_frameworks.torch.core as htcore")
+    result = run_script(script.name, "--epochs", "3", lazy=lazy, cwd=tmp_path)
+    assert result["lazy"] is lazy and result["device"] == "hpu:0"
+    assert result["graphed"] is lazy  # evaluation went through wrap_in_hpu_graph in lazy mode only
+    assert len(result["losses"]) == 3 and result["losses"][-1] < 0.6 * result["losses"][0]
+    assert result["test_acc"] > 0.9
+
+
+# -- lightning-habana's examples/pytorch/hpu_graphs.py ---------------------------------------------------------------
+@pytest.mark.slow  # eight Lightning runs: ~10 s of CPU, 20-35 s on this shared machine
+def test_lightning_habana_hpu_graphs_flows_train_and_test_as_without_graphs(tmp_path):
+    result = run_script("lightning_hpu_graphs.py", lazy=True, cwd=tmp_path)
+    assert result.pop("lazy") is True
+    baseline = result["automatic"]["losses"]
+    assert len(baseline) == 10 and learned(baseline, 0.5)
+    # Graphs change how a step is run, not what it computes: the same losses as the model without graphs.
+    for flow in ("capture_and_replay_train", "make_graphed_callables", "modulecacher", "dynamic_ops"):
+        assert result[flow]["losses"] == pytest.approx(baseline, rel=1e-5), flow
+    # Python control flow picks one of two cached graphs per step: another model, which learns too.
+    branching = result["dynamic_control_flow"]["losses"]
+    assert len(branching) == 10 and learned(branching, 0.6)
+    for flow in ("capture_and_replay_test", "wrap_in_hpu_graph"):
+        assert len(result[flow]["accuracies"]) == 4, flow
+        assert result[flow]["accuracies"] == pytest.approx(result[flow]["reference"]), flow
+
+
+# -- Hugging Face optimum-habana -------------------------------------------------------------------------------------
+@needs_optimum_habana
+def test_the_optimum_habana_under_test_is_the_pinned_one():
+    assert optimum_habana_version() == OPTIMUM_HABANA
+    assert importlib.metadata.version("transformers").startswith("4.55.")
+
+
+@pytest.mark.slow
+@needs_optimum_habana
+@pytest.mark.parametrize("mode", ["eager", "lazy"])
+def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_norm(tmp_path, mode):
+    result = run_script("optimum_llama_train.py", mode, lazy=mode == "lazy", cwd=tmp_path, torchvision_standin=True)
+    assert result["model_class"] == "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM"
+    assert result["device"] == "hpu:0"
+    assert result["optimizer"] == "habana_frameworks.torch.hpex.optimizers.FusedAdamW.FusedAdamW"
+    assert result["clip_norm"] == "habana_frameworks.torch.hpex.normalization.FusedClipNorm.FusedClipNorm"
+    assert result["autocast_dtypes"] == ["torch.bfloat16"]  # use_torch_autocast: the linear layers ran in bf16
+    losses = result["losses"]
+    assert len(losses) == 20 and learned(losses, 0.85)
+
+
+@pytest.mark.slow
+@needs_optimum_habana
+def test_generation_with_hpu_graphs_gives_plain_transformers_tokens(tmp_path):
+    result = run_script("optimum_llama_generate.py", lazy=True, cwd=tmp_path, torchvision_standin=True)
+    assert result["model_class"] == "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM"
+    assert result["graph_wrapped"] is True
+    reference = result["reference"]
+    assert len(reference[0]) == 6 + 10
+    for name in ("default", "flash"):
+        assert result["outputs"][name]["device"] == "hpu:0", name
+        assert result["outputs"][name]["tokens"] == reference, name  # greedy: the same tokens, token for token
+    assert result["outputs"]["flash"]["fused_sdpa_calls"] > 0  # use_flash_attention went through Habana's FusedSDPA
