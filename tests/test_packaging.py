@@ -299,3 +299,39 @@ def test_after_binders_postbuild_the_tutorial_notebooks_compile_nothing(fresh_ve
     for name, text in outputs.items():
         assert not [m for m in BUILD_MESSAGES if m in text], f"{name} compiled something:\n{text[-3000:]}"
     assert _snapshot(*folders) == before
+
+
+# -- on a Gaudi: installing hpu_nb keeps Habana's torch, DeepSpeed fork and software ---------------------------------
+# What Intel's Gaudi containers have installed, by release (versions as Habana names its builds).
+HABANA_STACKS = {
+    "1.21.0": {"torch": "2.6.0+hpu.synapse.v1.21.0", "habana-torch-plugin": "1.21.0.555",
+               "deepspeed": "0.16.1+hpu.synapse.v1.21.0", "lightning": "2.6.0"},
+    "1.18.0": {"torch": "2.4.0a0+git74cd574", "habana-torch-plugin": "1.18.0.524",
+               "deepspeed": "0.14.4+hpu.synapse.v1.18.0"},
+}
+
+
+@pytest.mark.parametrize("release", sorted(HABANA_STACKS))
+def test_pip_install_on_a_gaudi_container_replaces_none_of_habanas_packages(
+        release: str, dists: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """`pip install "hpu_nb[lab]"` (the wheel) into an environment holding Habana's packages (as distributions, as
+    pip sees them): pip's dry run plans hpu_nb and the notebook packages, and none of Habana's."""
+    import json
+
+    venv = tmp_path / "gaudi-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    for name, version in HABANA_STACKS[release].items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "INSTALLER").write_text("habana\n")
+    report = tmp_path / "plan.json"
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--quiet",
+                           "--report", str(report), f"{dists[2]}[lab]"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    planned = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    assert {"hpu-nb", "jupyterlab", "ipywidgets"} <= {name.replace("_", "-") for name in planned}
+    assert planned & set(HABANA_STACKS[release]) == set()
