@@ -123,14 +123,19 @@ def test_the_next_save_removes_the_temp_file_a_killed_saver_left(tmp_path):
     # a temporary file of a live process (another saver) is not touched
     live = tmp_path / f".last.ckpt.{checkpoint_io._HOST}-{os.getppid()}.abc123.tmp"
     live.write_bytes(b"being written")
-    # a temporary file of another checkpoint is not touched either
-    other = tmp_path / f".other.ckpt.{checkpoint_io._HOST}-{proc.pid}.abc123.tmp"
+    # a dead saver's temporary file of another checkpoint goes too (ModelCheckpoint's epoch/step names never repeat)
+    other = tmp_path / f".epoch=3-step=40.ckpt.{checkpoint_io._HOST}-{proc.pid}.abc123.tmp"
     other.write_bytes(b"x")
+    # and a live saver's of another checkpoint stays, as does a file that is not ours
+    live_other = tmp_path / f".epoch=4-step=50.ckpt.{checkpoint_io._HOST}-{os.getppid()}.abc123.tmp"
+    live_other.write_bytes(b"being written")
+    not_ours = tmp_path / f".notes.{proc.pid}.tmp"
+    not_ours.write_bytes(b"someone else's")
 
     HPUCheckpointIO().save_checkpoint({"w": torch.full((4,), 3.0), "version": 3}, path)
-    assert not any(p.exists() for p in leftovers)
-    assert live.exists() and other.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last.ckpt", live.name, other.name])
+    assert not any(p.exists() for p in leftovers) and not other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last.ckpt", live.name, live_other.name,
+                                                                 not_ours.name])
     assert HPUCheckpointIO().load_checkpoint(path)["version"] == 3
 
 
@@ -211,3 +216,28 @@ def test_trainer_checkpoints_resume_on_hpu(tmp_path):
     assert trainer2.global_step == 8
     restored = LinearModel.load_from_checkpoint(ckpt, features=16)
     assert torch.equal(restored.layer.weight, model.layer.weight)
+
+
+def test_checkpoints_follow_the_umask_as_torch_save_does(tmp_path):
+    """mkstemp's 0600 kept teammates from reading checkpoints in a shared folder."""
+    previous = os.umask(0o022)
+    try:
+        HPUCheckpointIO().save_checkpoint({"w": torch.ones(2)}, tmp_path / "shared.ckpt")
+        torch.save({"w": torch.ones(2)}, tmp_path / "plain.ckpt")
+        os.umask(0o077)
+        HPUCheckpointIO().save_checkpoint({"w": torch.ones(2)}, tmp_path / "private.ckpt")
+    finally:
+        os.umask(previous)
+    mode = {name: (tmp_path / name).stat().st_mode & 0o777 for name in ("shared.ckpt", "plain.ckpt", "private.ckpt")}
+    assert mode == {"shared.ckpt": 0o644, "plain.ckpt": 0o644, "private.ckpt": 0o600}
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.02])  # inside the tensor data (torch: "unexpected EOF"), inside the pickle
+def test_a_cut_short_legacy_checkpoint_names_the_file(tmp_path, keep):
+    """A bare EOFError with no message, before."""
+    path = tmp_path / "old.ckpt"
+    torch.save({"w": torch.arange(1000.0)}, path, _use_new_zipfile_serialization=False)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(InvalidCheckpointError, match=r"old\.ckpt.*legacy \(pre-zip\) format, cut short"):
+        HPUCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=True)

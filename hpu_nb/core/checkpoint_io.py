@@ -63,7 +63,7 @@ class HPUCheckpointIO(TorchCheckpointIO):
         try:
             return pl_load(path, map_location=map_location, weights_only=weights_only)
         except Exception as err:
-            problem = _unreadable_reason(fs, path) if _is_local(fs) else None
+            problem = _unreadable_reason(fs, path, err) if _is_local(fs) else None
             if problem is None:
                 raise
             raise InvalidCheckpointError(f"Cannot load the checkpoint {path}: {problem}") from err
@@ -77,7 +77,7 @@ _ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since torch 1.6
 _PICKLE_PROTO = b"\x80"  # the legacy format starts with a pickled magic number
 
 
-def _unreadable_reason(fs: Any, path: _PATH) -> str | None:
+def _unreadable_reason(fs: Any, path: _PATH, err: BaseException) -> str | None:
     """Why a local checkpoint file cannot be a checkpoint, from its bytes; None when it looks like one.
 
     Only called after torch.load failed: a file that looks right keeps torch's own error (e.g. its advice about
@@ -99,6 +99,11 @@ def _unreadable_reason(fs: Any, path: _PATH) -> str | None:
             )
         return None
     if head.startswith(_PICKLE_PROTO):
+        if isinstance(err, EOFError) or "unexpected EOF" in str(err):  # the file ended before the data did
+            return (
+                f"the file ({size:,} bytes) is a PyTorch checkpoint in the legacy (pre-zip) format, cut short: it was"
+                " not written completely, or was damaged in a copy. Use an earlier checkpoint."
+            )
         return None
     return (
         f"the file ({size:,} bytes, first bytes {head!r}) is not a PyTorch checkpoint: torch.save writes a zip"
@@ -118,16 +123,19 @@ def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:
 def _atomic_local_save(checkpoint: dict[str, Any], path: str) -> None:
     """Write to a temporary file beside `path`, fsync it, then rename over `path` (atomic on POSIX).
 
-    The temporary file is named after this host and process (`.<name>.<host>-<pid>.<random>.tmp`), so the next save of
-    the same checkpoint can remove what a crashed (killed) saver left behind without touching a live one's file.
+    The temporary file is named after this host and process (`.<name>.<host>-<pid>.<random>.tmp`), so the next save
+    into the same folder can remove what a crashed (killed) saver left behind, whatever checkpoint it was writing
+    (ModelCheckpoint's epoch / step names never repeat), without touching a live one's file. The file gets the mode
+    `torch.save` would give it (the user's umask), not mkstemp's 0600: teammates read checkpoints in shared folders.
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     base = os.path.basename(path)
-    _remove_stale_temp_files(directory, base)
+    _remove_stale_temp_files(directory)
     fd, tmp_path = tempfile.mkstemp(prefix=f".{base}.{_HOST}-{os.getpid()}.", suffix=".tmp", dir=directory)
     _WRITING.add(tmp_path)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         try:
             with os.fdopen(fd, "wb") as handle:  # closing flushes: a full disk can fail there too
                 torch.save(checkpoint, handle)
@@ -159,9 +167,24 @@ _WRITING: set[str] = set()  # temporary files this process is writing now (saves
 _HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
 
 
-def _remove_stale_temp_files(directory: str, base: str) -> None:
-    """Delete temporary files of `base` whose saving process (on this host) no longer exists: a crash mid-save."""
-    pattern = re.compile(rf"^\.{re.escape(base)}\.{re.escape(_HOST)}-(\d+)\.[A-Za-z0-9_]+\.tmp$")
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for every thread, for a moment)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale_temp_files(directory: str) -> None:
+    """Delete our temporary files in `directory` whose saving process (on this host) no longer exists: a crash
+    mid-save. Only ours: by the name pattern above and a dead owner pid."""
+    pattern = re.compile(rf"^\..+\.{re.escape(_HOST)}-(\d+)\.[A-Za-z0-9_]+\.tmp$")
     try:
         names = os.listdir(directory)
     except OSError:
