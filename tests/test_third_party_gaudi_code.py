@@ -131,7 +131,14 @@ def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_nor
     assert result["device"] == "hpu:0"
     assert result["optimizer"] == "habana_frameworks.torch.hpex.optimizers.FusedAdamW.FusedAdamW"
     assert result["clip_norm"] == "habana_frameworks.torch.hpex.normalization.FusedClipNorm.FusedClipNorm"
+    # Every optimizer step was FusedAdamW's, and every gradient clipping FusedClipNorm's (one per step).
+    assert result["steps_by"] == {"habana_frameworks.torch.hpex.optimizers.FusedAdamW.FusedAdamW": 20}
+    assert result["clip_norm_calls"] == 20
     assert result["autocast_dtypes"] == ["torch.bfloat16"]  # use_torch_autocast: the linear layers ran in bf16
+    if mode == "lazy":  # optimum-habana's lazy-mode path marks steps (the emulated Gaudi counts them)
+        assert result["mark_steps"] >= 2 * 20
+    else:
+        assert result["mark_steps"] == 0
     losses = result["losses"]
     assert len(losses) == 20 and learned(losses, 0.85)
 

@@ -4,7 +4,8 @@ The model is built from a LlamaConfig with random weights and trained on random 
 with `use_habana=True`, the mode from the command line (`lazy` / `eager`, matching PT_HPU_LAZY_MODE as optimum-habana
 requires), bf16 autocast, and the Gaudi options that call Habana's kernels: fused AdamW, fused gradient-norm clipping
 (GaudiConfig). Nothing here knows about hpu_nb. Prints one JSON line: the logged losses, the optimizer and clip-norm
-classes the trainer used, the parameters' device and the dtype a linear layer computed in under autocast.
+classes the trainer used and how often each ran, the parameters' device, the dtype a linear layer computed in under
+autocast.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import json
 import sys
 import tempfile
 
+import habana_frameworks.torch.core as htcore
 import torch
+from habana_frameworks.torch.hpex.normalization import FusedClipNorm
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from optimum.habana import GaudiConfig, GaudiTrainer, GaudiTrainingArguments
 from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -35,6 +39,19 @@ def qualified(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
+def count_calls(cls: type, method: str) -> list[None]:
+    """Count the calls of cls.method from now on (it still runs as before)."""
+    calls: list[None] = []
+    original = getattr(cls, method)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(None)
+        return original(*args, **kwargs)
+
+    setattr(cls, method, counted)
+    return calls
+
+
 def main(mode: str) -> None:
     args = GaudiTrainingArguments(
         output_dir=tempfile.mkdtemp(), use_habana=True, use_lazy_mode=mode == "lazy", bf16=True, max_grad_norm=1.0,
@@ -45,6 +62,9 @@ def main(mode: str) -> None:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny_llama_config())  # after the arguments: the Gaudi Llama
     computed_in: list[str] = []
+    stepped: list[str] = []  # torch's global hook sees every optimizer.step(), whoever calls it
+    register_optimizer_step_post_hook(lambda optimizer, *_: stepped.append(qualified(optimizer)))
+    clipped = count_calls(FusedClipNorm, "clip_norm")
     model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, out: computed_in.append(str(out.dtype)))
     trainer = GaudiTrainer(model=model, args=args, gaudi_config=gaudi_config, train_dataset=token_dataset())
     trainer.train()
@@ -53,6 +73,9 @@ def main(mode: str) -> None:
         "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         "optimizer": qualified(optimizer),
         "clip_norm": qualified(trainer.FusedNorm),
+        "steps_by": {name: stepped.count(name) for name in set(stepped)},
+        "clip_norm_calls": len(clipped),
+        "mark_steps": getattr(htcore, "placed_mark_steps", None),  # the emulated Gaudi counts them in lazy mode
         "device": str(next(model.parameters()).device),
         "model_class": qualified(model),
         "autocast_dtypes": sorted(set(computed_in)),
