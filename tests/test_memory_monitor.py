@@ -361,3 +361,20 @@ def test_a_worker_process_never_writes_to_the_front_end() -> None:
     assert monitor.detached and "worker process" in monitor.detached
     assert monitor.samples == 4 and monitor.status == "done"  # the worker's own state is complete
     assert messages.sent == []
+
+
+class _OneInfiniteLoss(LinearModel):
+    def training_step(self, batch, batch_idx):  # noqa: ANN001
+        loss = super().training_step(batch, batch_idx)
+        return loss * float("inf") if batch_idx == 1 else loss
+
+
+def test_an_infinite_loss_leaves_no_nan_in_the_summary_svg() -> None:
+    """One inf loss used to write nan coordinates into the static chart (an SVG no viewer draws)."""
+    monitor = MemoryMonitor(auto_display=False)
+    trainer = L.Trainer(accelerator="hpu", callbacks=[monitor], **quiet_trainer_kwargs(max_epochs=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(_OneInfiniteLoss(FEATURES), regression_data(n=64, features=FEATURES))
+    page = monitor._repr_html_()
+    assert "<polyline" in page and "nan" not in page.lower() and "inf," not in page.lower()

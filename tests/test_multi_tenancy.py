@@ -78,6 +78,13 @@ def test_visible_modules_must_exist_on_the_machine(monkeypatch):
         get_backend().device_count()
 
 
+@pytest.mark.parametrize("listed", [" , ", ",", " "])
+def test_an_empty_list_of_visible_modules_means_every_card(monkeypatch, listed):
+    """Only separators used to mean no card at all, with advice to set HPU_NB_DEVICE_COUNT."""
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", listed)
+    assert get_backend().device_count() == get_backend().card.device_count
+
+
 def test_spawn_start_method_is_kept(monkeypatch):
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5")
     trainer = L.Trainer(accelerator="hpu", devices=2, strategy=HPUDDPStrategy(start_method="spawn"), logger=False)

@@ -112,6 +112,9 @@ def test_the_collective_timeout_defaults_to_five_minutes_and_is_configurable(mon
     monkeypatch.setenv(liveness.TIMEOUT_ENV, "soon")
     with pytest.raises(ValueError, match="HPU_NB_COLLECTIVE_TIMEOUT='soon' is not a number of seconds"):
         HPUParallelStrategy()._timeout  # noqa: B018
+    monkeypatch.setenv(liveness.TIMEOUT_ENV, "1e300")  # was a raw OverflowError from timedelta
+    with pytest.raises(ValueError, match="HPU_NB_COLLECTIVE_TIMEOUT='1e300' is more than a year"):
+        HPUParallelStrategy()._timeout  # noqa: B018
 
 
 def test_lightning_still_defaults_timeout_to_its_module_constant():

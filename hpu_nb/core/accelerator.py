@@ -52,7 +52,7 @@ class HPUAccelerator(Accelerator):
     @staticmethod
     @override
     def parse_devices(devices: Union[int, str, list[int]]) -> int:
-        """Number of HPUs to use, from 1 / "2" / "auto" / -1; anything else is a clear error."""
+        """Number of HPUs to use, from 1 / "2" / "auto" / -1 (all); anything else is a clear error."""
         return _parse_hpus(devices)
 
     @staticmethod
@@ -124,16 +124,22 @@ def _device_index(device: _DEVICE) -> int:
 
 
 def _parse_hpus(devices: Any) -> int:
-    """Number of HPUs from an int, a digit string, "auto" / -1 or a list of card indices; a clear error otherwise."""
-    available = get_backend().device_count()
+    """Number of HPUs from an int, a digit string, "auto", -1 (every card, as Lightning means it) or a list of card
+    indices; a clear error otherwise. Lightning asks this while building the Trainer: a PT_HPU_LAZY_MODE that is neither
+    "0" nor "1" is refused here too, not only once fit() starts."""
+    backend = get_backend()
+    backend.check_mode_setting()
+    available = backend.device_count()
     if isinstance(devices, bool):
         raise MisconfigurationException(f"`devices={devices!r}` is not a number of HPUs: pass an int, e.g. devices=1.")
     if isinstance(devices, (list, tuple)):
         return _check_hpu_indices(devices, available)
     elif isinstance(devices, str):
         text = devices.strip().lower()
-        if text == "auto" or text == "-1":
+        if text == "auto":
             return HPUAccelerator.auto_device_count()
+        if text == "-1":
+            return available
         if not text.lstrip("-").isdigit():
             raise MisconfigurationException(
                 f"`devices={devices!r}` is not a number of HPUs: pass an int, a digit string, or 'auto'."
@@ -141,7 +147,7 @@ def _parse_hpus(devices: Any) -> int:
         count = int(text)
     elif isinstance(devices, int):
         if devices == -1:
-            return HPUAccelerator.auto_device_count()
+            return available
         count = devices
     else:
         raise MisconfigurationException(

@@ -592,7 +592,7 @@ class TrainingSummary:
 
     def loss_svg(self, width: int = 640, height: int = 120) -> str:
         """The training loss vs batch (epoch marks), when the steps returned one."""
-        losses = [p[LOSS] for p in self.points if not math.isnan(p[LOSS])]
+        losses = [p[LOSS] for p in self.points if math.isfinite(p[LOSS])]  # an inf / nan loss is not drawn
         if not losses:
             return ""
         low, high = min(losses), max(losses)
@@ -652,7 +652,7 @@ class _Plot:
 
     def line(self, column: int, colour: str, dash: str = "") -> str:
         pts = " ".join(f"{self.sx(p[X]):.1f},{self.sy(p[column]):.1f}" for p in self.points
-                       if not math.isnan(p[column]))
+                       if math.isfinite(p[column]))
         return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" {dash} points="{pts}"/>'
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from hpu_nb.runtime.generations import FP32_LIST_ENV, LOWER_LIST_ENV, Generation, Release
-from hpu_nb.runtime.env import VISIBLE_MODULES_ENV, visible_modules
+from hpu_nb.runtime.env import VISIBLE_MODULES_ENV, lazy_mode_from_env, visible_modules
 
 MEMORY_STAT_KEYS = (
     "Limit",
@@ -112,6 +112,12 @@ class DeviceBackend(ABC):
     @abstractmethod
     def release(self) -> Release | None:
         """The Gaudi software release whose behaviour is in force (None when it cannot be told)."""
+
+    def check_mode_setting(self) -> None:
+        """Refuse a PT_HPU_LAZY_MODE that is neither "0" nor "1" (ValueError naming it). Habana's core reads it as "0"
+        or not, its HCCL module with int(): anything else would mean different modes in different places."""
+        release = self.release()
+        lazy_mode_from_env(release.lazy_by_default if release is not None else False)
 
     @abstractmethod
     def versions(self) -> Versions: ...

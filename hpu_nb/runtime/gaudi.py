@@ -22,7 +22,7 @@ from typing import Any
 
 from hpu_nb.runtime import hlml, hlsmi
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
-from hpu_nb.runtime.env import lazy_mode_from_env, visible_modules
+from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import Generation, Release, generation_from_name, release_from_version
 
 log = logging.getLogger(__name__)
@@ -128,10 +128,7 @@ class GaudiBackend(DeviceBackend):
                 f"The Gaudi backend needs habana_frameworks.torch, which does not import here "
                 f"({type(err).__name__}: {err}). Use HPU_NB_BACKEND=emulated to run on the CPU."
             ) from err
-        release = plugin_release()
-        # Habana's core reads PT_HPU_LAZY_MODE as "0" or not, its HCCL module with int(): anything but 0 / 1 would
-        # mean different modes in different places, so it is refused here as on the emulated Gaudi.
-        lazy_mode_from_env(release.lazy_by_default if release is not None else False)
+        self.check_mode_setting()
         self.facts_timeout = facts_timeout
         self._versions_lock = threading.Lock()  # two locks: a slow hl-smi -v must not hold up live facts
         self._facts_lock = threading.Lock()

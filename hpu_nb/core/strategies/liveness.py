@@ -33,6 +33,7 @@ from typing import Any
 from typing_extensions import Self
 
 TIMEOUT_ENV = "HPU_NB_COLLECTIVE_TIMEOUT"
+MAX_COLLECTIVE_TIMEOUT_S = 365 * 24 * 3600.0
 DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 PARENT_PID_ENV = "HPU_NB_LAUNCHER_PID"  # set for the ranks a launcher starts: they die with that process
 KEY_PREFIX = "hpu_nb/progress/"
@@ -68,6 +69,9 @@ def collective_timeout(explicit: timedelta | None = None) -> timedelta:
         seconds = -1.0
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0 (e.g. {TIMEOUT_ENV}=300).")
+    if seconds > MAX_COLLECTIVE_TIMEOUT_S:  # timedelta and torch's millisecond clocks overflow far above this
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} is more than a year ({MAX_COLLECTIVE_TIMEOUT_S:.0f} s): give a number"
+                         f" of seconds up to that (e.g. {TIMEOUT_ENV}=300).")
     return timedelta(seconds=seconds)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional, Union
 import torch
 
 from hpu_nb.emulator import hpu_device
-from hpu_nb.runtime import compile_backend
+from hpu_nb.runtime import compile_backend, env
 
 __emulated__ = True
 from habana_frameworks.torch.hpu import metrics  # noqa: E402, F401  (hthpu.metrics.metric_global, as Habana's)
@@ -70,10 +70,11 @@ def visible_modules() -> list[int]:
     each job on a shared machine gets its own cards). A card the machine does not have is a clear error."""
     machine = hpu_device.card_config().device_count
     text = os.environ.get(VISIBLE_MODULES_ENV, "").strip()
-    if not text:
+    parts = env.visible_modules()
+    if not parts:  # unset, empty or only separators (" , "): every card, as an unset variable
         return list(range(machine))
     try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
+        ids = [int(part) for part in parts]
     except ValueError:
         raise ValueError(f"{VISIBLE_MODULES_ENV}={text!r} must list card numbers, e.g. '0,1'.") from None
     bad = [i for i in ids if not 0 <= i < machine]
