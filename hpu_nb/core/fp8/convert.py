@@ -1,8 +1,8 @@
 """convert_modules: make a model fp8-ready for training (swap nn.Linear) or for inference (measure / quantize).
 
 Module-level so every precision plugin (HPUPrecisionPlugin, the DeepSpeed one) shares one implementation. The fp8
-layers and autocast are the device's fp8 engine's (`get_backend().fp8_engine()`: Habana's transformer engine on a
-Gaudi, the emulation elsewhere).
+layers and autocast are the device's fp8 engine's (`get_backend().fp8_engine()`): te.Linear and te.fp8_autocast of the
+transformer engine, Habana's on a Gaudi, the emulated one elsewhere.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def fp8_autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
 
 
 def to_te_recipe(recipe: Any) -> Any:
-    """Habana's te.recipe.DelayedScaling for ours / a dict; a te recipe passes through (Gaudi only)."""
-    from hpu_nb.runtime.habana_fp8 import te_recipe
+    """The transformer engine's te.recipe.DelayedScaling for ours / a dict; a te recipe passes through."""
+    from hpu_nb.runtime.fp8.transformer_engine import te_recipe
 
     return te_recipe(recipe)

@@ -1,14 +1,22 @@
-"""fp8 numerics on the CPU: scaled casts to float8 and the fp8 matmul (torch._scaled_mm).
+"""fp8 numerics on the CPU: scaled casts to float8 and the fp8 matmul, in two equivalent forms.
 
-`torch._scaled_mm` runs on the CPU in torch 2.13 for e4m3 x e4m3, e5m2 x e4m3 and e5m2 x e5m2 with float32 or
-bfloat16 output. If a torch build lacks it, `scaled_mm` falls back to the closest honest equivalent: the same
-fp8-rounded operands dequantised to float32 and multiplied (MATMUL_PATH says which one runs).
+- Stored fp8: `quantize` casts to torch.float8_e4m3fn / float8_e5m2 and `scaled_mm` multiplies with torch._scaled_mm
+  (it runs on the CPU in torch 2.13 for e4m3 x e4m3, e5m2 x e4m3 and e5m2 x e5m2; if a torch build lacks it,
+  `scaled_mm` multiplies the same operands dequantised to float32: `matmul_path()` says which one runs). Used where
+  fp8 is stored (inference weights) and as the reference.
+- fp8 values held in float32 (the training layers' fast path): every E4M3 / E5M2 value is exactly a float32, so
+  `round_to_fp8_grid` rounds a float32 tensor to the fp8 grid (round to nearest even, subnormals, saturation: bitwise
+  the values `quantize(...).float()` gives, checked in tests) with a few vectorised float ops, where torch's fp8 casts
+  are scalar loops on the CPU; `fp8_grid_mm` multiplies such operands with a float32 matmul (exact products, float32
+  accumulation) and applies the inverse scales afterwards, as torch._scaled_mm does. Same quantisation, same scales,
+  float32 accumulation: the results agree with torch._scaled_mm to float32 summation-order error.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import Optional
 
 import torch
 
@@ -50,6 +58,82 @@ def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.
     """x * scale, saturated to the fp8 range (float8_e4m3fn has no inf: out of range would be NaN) and cast."""
     limit = fp8_max(dtype)
     return (x.float() * scale).clamp(-limit, limit).to(dtype)
+
+
+# Mantissa bits and the exponent of the smallest normal number of each fp8 format (E4M3: 2**-6, E5M2: 2**-14).
+MANTISSA_BITS = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}
+MIN_NORMAL_EXPONENT = {torch.float8_e4m3fn: -6, torch.float8_e5m2: -14}
+_FLOAT32_EXPONENT_BITS = 0x7F800000
+
+
+def round_to_fp8_grid(scaled: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> torch.Tensor:
+    """Round a float32 tensor (already multiplied by its scale) to the nearest `dtype` value, in place and returned.
+
+    Saturates to the format's range first, as `quantize` does (`saturate=False` when the caller knows no value is
+    out of range: then clamping changes nothing). Rounding: with 2**e the power of two at or below |x| (raised to the
+    smallest normal, where the grid of subnormals is evenly spaced), the fp8 grid step is 2**(e - mantissa bits);
+    adding and then subtracting M = 1.5 * 2**(e + 23 - mantissa bits) makes the float32 adder round x to that step,
+    to nearest even (x + M stays in M's binade, where float32's own step is exactly the fp8 step), and the
+    subtraction is exact. M is formed as 2**e times a power-of-two multiple of 1.5, a product that is exact.
+    """
+    if scaled.dtype != torch.float32:
+        raise TypeError(f"round_to_fp8_grid rounds float32 tensors, got {scaled.dtype}.")
+    if saturate:
+        limit = fp8_max(dtype)
+        scaled.clamp_(-limit, limit)
+    power = (scaled.view(torch.int32) & _FLOAT32_EXPONENT_BITS).view(torch.float32)  # 2**e, sign dropped
+    power.clamp_(min=2.0 ** MIN_NORMAL_EXPONENT[dtype])
+    factor = 1.5 * 2.0 ** (23 - MANTISSA_BITS[dtype])
+    return scaled.add_(power, alpha=factor).sub_(power, alpha=factor)
+
+
+def quantize_to_grid(
+    x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, x_amax: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """`quantize(x, scale, dtype).float()`, computed without fp8 casts: x * scale on the fp8 grid, as float32.
+
+    With `x_amax` (max |x|, already known), the saturating clamp is skipped when amax * scale is in range: float
+    rounding is monotonic, so no element of x * scale exceeds it and the clamp would change nothing."""
+    scaled = x.float() * scale.float()  # .float() of a float32 tensor is the tensor itself
+    saturate = x_amax is None or not bool(x_amax.float() * scale.float() <= fp8_max(dtype))
+    return round_to_fp8_grid(scaled, dtype, saturate=saturate)
+
+
+def fp8_grid_mm(
+    a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """(a / a_scale) @ (b / b_scale) (+ bias) in float32 for fp8-valued float32 `a` (m, k), `b` (k, n): the product
+    torch._scaled_mm computes, by a float32 matmul (products of fp8 values are exact in float32) whose result is
+    multiplied by the inverse scales (BLAS's alpha), as _scaled_mm applies them after accumulating."""
+    inverse = float((1.0 / a_scale.float()) * (1.0 / b_scale.float()))  # as scaled_mm passes them
+    if bias is None:
+        return torch.addmm(_ZERO.get(a.device), a, b, beta=0, alpha=inverse)
+    return torch.addmm(bias.float(), a, b, alpha=inverse)
+
+
+class _Zeros:
+    """One 0-dim zero per device: the (ignored, beta=0) input of addmm."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[torch.device, torch.Tensor] = {}
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        zero = self._by_device.get(device)
+        if zero is None:
+            zero = self._by_device[device] = torch.zeros((), device=device)
+        return zero
+
+
+_ZERO = _Zeros()
+
+
+def fast_amax(x: torch.Tensor) -> torch.Tensor:
+    """max |x| as a float32 scalar, in one pass over x (aminmax); 0 for an empty tensor."""
+    if x.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    low, high = torch.aminmax(x.detach())
+    return torch.maximum(high, -low).float()
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """fp8 on the HPU, below the Lightning layer: one interface (`Fp8Engine`), two engines.
 
-- On a Gaudi: Habana's transformer engine for training, Intel Neural Compressor for inference
-  (hpu_nb.runtime.habana_fp8.HabanaFp8Engine).
-- On the emulated Gaudi: real fp8 numerics on the CPU (float8 casts, torch._scaled_mm) in layers that behave like
-  te.Linear, and max-abs measurement / static quantization that write and read INC's file format
+- Training, on both: the transformer engine (`te.Linear`, `te.fp8_autocast`; hpu_nb.runtime.fp8.transformer_engine),
+  Habana's on a Gaudi, the emulated one (real fp8 numerics on the CPU) on the emulated Gaudi.
+- Inference on a Gaudi: Intel Neural Compressor (hpu_nb.runtime.habana_fp8.HabanaFp8Engine); on the emulated Gaudi:
+  max-abs measurement / static quantization that write and read INC's file format
   (hpu_nb.emulator.fp8.engine.EmulatedFp8Engine).
 `DeviceBackend.fp8_engine()` gives the one in force; hpu_nb.core.fp8 (configs, files, Lightning) calls only this.
 """

@@ -1,0 +1,91 @@
+"""Cost of an fp8 training step on the emulated Gaudi, against 32-true and bf16-mixed, measured side by side.
+
+One training step (forward, MSE loss, backward, AdamW step) of an MLP of Linear(1024, 1024) layers, batch 64, on
+`hpu`, in each precision as HPUPrecisionPlugin runs it: its forward context (autocast on "hpu", plus the transformer
+engine's fp8_autocast for "fp8"), the fp8 model converted by `plugin.convert_modules(model, replace_layers=True)`.
+The three cases take turns round after round (this machine is shared and noisy); each case's median step time is
+reported with the fp8 / 32-true and fp8 / bf16-mixed ratios. Not a unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from hpu_nb.core.precision import HPUPrecisionPlugin
+from hpu_nb.runtime import get_backend
+
+PRECISIONS = ("32-true", "bf16-mixed", "fp8")
+
+
+def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
+    layers: list[torch.nn.Module] = []
+    for i in range(depth):
+        layers.append(torch.nn.Linear(width, width))
+        if i < depth - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def make_case(precision: str, width: int, depth: int) -> Callable[[torch.Tensor, torch.Tensor], float]:
+    """A step function for `precision` (same initial weights for every case); it returns its time in ms."""
+    torch.manual_seed(0)
+    model = make_mlp(width, depth)
+    plugin = HPUPrecisionPlugin(precision)
+    if precision == "fp8":
+        plugin.convert_modules(model, replace_layers=True)
+    model = model.to("hpu")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        start = time.perf_counter()
+        with plugin.forward_context():
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.item()  # the step is finished
+        return (time.perf_counter() - start) * 1e3
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    backend = get_backend()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, args.width, generator=g).to("hpu")
+    y = torch.randn(args.batch, args.width, generator=g).to("hpu")
+    cases = {p: make_case(p, args.width, args.depth) for p in PRECISIONS}
+    for step in cases.values():
+        for _ in range(args.warmup):
+            step(x, y)
+    times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
+    for _ in range(args.rounds):
+        for precision, step in cases.items():
+            times[precision].append(step(x, y))
+    median = {p: statistics.median(v) for p, v in times.items()}
+    from hpu_nb.emulator.fp8.numerics import matmul_path
+
+    print(f"{backend.name} backend; MLP {args.depth} x Linear({args.width}), batch {args.batch}, AdamW;"
+          f" {args.rounds} interleaved rounds, median step time; fp8 matmul: {matmul_path()}; torch threads"
+          f" {torch.get_num_threads()}")
+    for precision in PRECISIONS:
+        print(f"  {precision:10s} {median[precision]:8.2f} ms/step")
+    print(f"  fp8 / 32-true    {median['fp8'] / median['32-true']:5.2f}")
+    print(f"  fp8 / bf16-mixed {median['fp8'] / median['bf16-mixed']:5.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""fp8 training on the emulated Gaudi: the fp8 state (what te.fp8_autocast turns on) and the fp8 linear layer.
+
+The emulated `habana_frameworks.torch.hpex.experimental.transformer_engine` is built on this module: its
+`fp8_autocast` / `FP8GlobalStateManager` are `Fp8State` here, its `Linear` is an `Fp8Linear`. Inside an enabled
+fp8 region, Fp8Linear quantises its input and weight to the recipe's forward format (E4M3 for HYBRID) and the incoming
+gradient to the backward format (E5M2 for HYBRID), each with a per-tensor scale from an amax history (delayed scaling:
+this step uses the scale earlier steps chose), multiplies with float32 accumulation and returns bfloat16, as Habana's
+fp8 modules do. The fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast
+on a CPU), so the saved activations take 4 bytes a value where a Gaudi keeps 1. Outside fp8 it is a plain linear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional
+
+import torch
+import torch.nn.functional as F
+
+from hpu_nb.emulator.fp8.numerics import fast_amax, fp8_grid_mm, fp8_max, quantize_to_grid
+from hpu_nb.runtime.fp8.recipe import DelayedScaling, as_recipe
+
+OUT_DTYPE = torch.bfloat16
+INPUT, WEIGHT, GRAD = 0, 1, 2
+DEFAULT_HISTORY = DelayedScaling().amax_history_len
+
+
+class Fp8State:
+    """The process's fp8 state, as the transformer engine's FP8GlobalStateManager keeps it (class-level, one per
+    process): whether fp8 is on, the recipe of the innermost region, whether it calibrates, how deep regions nest."""
+
+    enabled = False
+    calibrating = False
+    recipe: Any = None  # the recipe object the region was given (te's DelayedScaling, hpu_nb's, or a dict)
+    depth = 0
+    _converted: tuple[Any, Optional[DelayedScaling]] = (None, None)
+
+    @classmethod
+    def hpu_nb_recipe(cls) -> DelayedScaling:
+        """The region's recipe as hpu_nb's DelayedScaling (converted once per recipe object)."""
+        source, converted = cls._converted
+        if converted is None or source is not cls.recipe:
+            converted = as_recipe(cls.recipe)
+            cls._converted = (cls.recipe, converted)
+        return converted
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.enabled, cls.calibrating, cls.recipe, cls.depth = False, False, None, 0
+        cls._converted = (None, None)
+
+
+def fp8_support() -> tuple[bool, str]:
+    """(available, reason) for the emulated card in force: fp8 needs Gaudi2 or newer, as on a Gaudi."""
+    from hpu_nb.emulator import hpu_device
+
+    return hpu_device.card_config().generation.fp8_support()
+
+
+@contextlib.contextmanager
+def fp8_region(enabled: bool = True, recipe: Any = None, calibrating: bool = False) -> Iterator[None]:
+    """fp8 for the fp8 layers inside the block (nests; the innermost region decides). `recipe=None` means the default
+    DelayedScaling, as te.fp8_autocast. Refused on a first-generation Gaudi, as Habana's engine refuses there."""
+    if enabled:
+        ok, reason = fp8_support()
+        if not ok:
+            raise RuntimeError(f"fp8_autocast(enabled=True): {reason}")
+    recipe = recipe if recipe is not None else DelayedScaling()
+    as_recipe(recipe)  # refuse a recipe the emulation cannot run before the block starts
+    previous = (Fp8State.enabled, Fp8State.calibrating, Fp8State.recipe)
+    Fp8State.enabled, Fp8State.calibrating, Fp8State.recipe = bool(enabled), bool(calibrating), recipe
+    Fp8State.depth += 1
+    try:
+        yield
+    finally:
+        Fp8State.depth -= 1
+        Fp8State.enabled, Fp8State.calibrating, Fp8State.recipe = previous
+
+
+def fp8_enabled() -> bool:
+    return Fp8State.enabled
+
+
+def active_recipe() -> Optional[DelayedScaling]:
+    """The recipe of the enclosing fp8 region as hpu_nb's DelayedScaling, None outside any region."""
+    return Fp8State.hpu_nb_recipe() if Fp8State.recipe is not None else None
+
+
+@contextlib.contextmanager
+def emulated_fp8_autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
+    """hpu_nb's name for te.fp8_autocast on the emulated Gaudi (the same state; an explicit recipe=None keeps the
+    enclosing region's recipe, so a layer built with its own recipe keeps it)."""
+    with fp8_region(enabled, recipe if recipe is not None else Fp8State.recipe):
+        yield
+
+
+def scales_from_amaxes(amaxes: torch.Tensor, recipe: DelayedScaling) -> torch.Tensor:
+    """The scales of (input, weight, gradient) from their amaxes: fp8_max / amax / 2**margin, 1 where the amax is 0 or
+    not finite (numerics.scale_from_amax for the three at once)."""
+    fmt = recipe.fp8_format
+    maxes = torch.tensor([fp8_max(fmt.forward_dtype), fp8_max(fmt.forward_dtype), fp8_max(fmt.backward_dtype)],
+                         device=amaxes.device)
+    amaxes = amaxes.float()
+    ok = torch.isfinite(amaxes) & (amaxes > 0)
+    scales = torch.where(ok, maxes / amaxes.clamp(min=torch.finfo(torch.float32).tiny), torch.ones_like(amaxes))
+    return scales / (2.0**recipe.margin)
+
+
+class _Fp8Matmul(torch.autograd.Function):
+    """y = x W^T + b with fp8 operands; the backward pass quantises the gradient too (it is where E5M2 is used)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear",
+        recipe: DelayedScaling,
+    ) -> torch.Tensor:
+        fwd = recipe.fp8_format.forward_dtype
+        x2 = x.reshape(-1, x.shape[-1])
+        sx, sw = layer.scale[INPUT].clone(), layer.scale[WEIGHT].clone()
+        x_amax = w_amax = None
+        if layer.training:
+            x_amax, w_amax = fast_amax(x2), fast_amax(weight)
+            layer._record(INPUT, x_amax)
+            layer._record(WEIGHT, w_amax)
+        with torch.autocast(x.device.type, enabled=False):  # the plugin's autocast must not lower these matmuls
+            xq, wq = quantize_to_grid(x2, sx, fwd, x_amax), quantize_to_grid(weight, sw, fwd, w_amax)
+            out = fp8_grid_mm(xq, wq.t(), sx, sw, bias)
+        ctx.save_for_backward(xq, wq, sx, sw)
+        ctx.layer, ctx.recipe, ctx.has_bias = layer, recipe, bias is not None
+        ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
+        ctx.b_dtype = bias.dtype if bias is not None else None
+        return out.to(OUT_DTYPE).reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:  # type: ignore[override]
+        xq, wq, sx, sw = ctx.saved_tensors
+        layer: Fp8Linear = ctx.layer
+        g2 = grad_out.reshape(-1, grad_out.shape[-1])
+        sg = layer.scale[GRAD].clone()
+        g_amax = fast_amax(g2)
+        layer._record(GRAD, g_amax)
+        grad_x = grad_w = grad_b = None
+        with torch.autocast(grad_out.device.type, enabled=False):
+            gq = quantize_to_grid(g2, sg, ctx.recipe.fp8_format.backward_dtype, g_amax)
+            if ctx.needs_input_grad[0]:
+                grad_x = fp8_grid_mm(gq, wq, sg, sw).to(ctx.x_dtype).reshape(ctx.x_shape)
+            if ctx.needs_input_grad[1]:
+                grad_w = fp8_grid_mm(gq.t(), xq, sg, sx).to(ctx.w_dtype)
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                grad_b = g2.float().sum(0).to(ctx.b_dtype)
+        return grad_x, grad_w, grad_b, None, None
+
+
+class Fp8Linear(torch.nn.Module):
+    """A linear layer with emulated fp8 matmuls inside an fp8 region; plain linear outside one.
+
+    `Fp8Linear(linear, recipe=None)` takes over `linear`'s Parameters (the same objects: trained values kept,
+    optimizers still see them). With a recipe the layer keeps it; without one it follows the fp8 region's recipe, as
+    te.Linear does. State (per layer, in buffers): the amax history of input, weight and gradient, their scales.
+    """
+
+    def __init__(self, linear: torch.nn.Linear, recipe: Any = None) -> None:
+        super().__init__()
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"Fp8Linear wraps an nn.Linear, got {type(linear).__name__}.")
+        self._setup(linear.in_features, linear.out_features, linear.weight, linear.bias, recipe,
+                    linear.weight.device)
+
+    def _setup(self, in_features: int, out_features: int, weight: Optional[torch.nn.Parameter],
+               bias: Optional[torch.nn.Parameter], recipe: Any, device: Any) -> None:
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = weight
+        self.bias = bias
+        self.recipe: Optional[DelayedScaling] = as_recipe(recipe) if recipe is not None else None
+        history = self.recipe.amax_history_len if self.recipe is not None else DEFAULT_HISTORY
+        self.register_buffer("amax_history", torch.zeros(history, 3, device=device))
+        self.register_buffer("scale", torch.ones(3, device=device))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long, device=device))
+        self._pending = torch.zeros(3, device=device)  # this step's amaxes, folded into the history on the next one
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> "Fp8Linear":
+        return cls(linear, recipe)
+
+    def _record(self, which: int, value: torch.Tensor) -> None:
+        if self._pending.device != value.device:
+            self._pending = self._pending.to(value.device)
+        self._pending[which] = torch.maximum(self._pending[which], value)
+
+    def _fit_history(self, length: int) -> None:
+        """Keep `length` rows of amax history (the region's recipe may ask for another length than the layer has)."""
+        rows = self.amax_history.shape[0]
+        if rows == length:
+            return
+        kept = self.amax_history[: min(rows, length)]
+        grown = torch.zeros(length, 3, dtype=kept.dtype, device=kept.device)
+        grown[: kept.shape[0]] = kept
+        self.amax_history = grown
+
+    def _roll_history(self, recipe: DelayedScaling) -> None:
+        """Delayed scaling: fold the last step's amaxes into the history, and every `interval` steps rescale."""
+        if not bool(self._pending.any()):
+            return
+        self._fit_history(recipe.amax_history_len)
+        history = self.amax_history
+        history.copy_(torch.cat((self._pending.to(history.device)[None], history[:-1])))  # row 0: the newest
+        self._pending = torch.zeros_like(self._pending)
+        self.steps += 1
+        if int(self.steps) % recipe.interval == 0:
+            current = history.amax(dim=0) if recipe.amax_compute_algo == "max" else history[0]
+            self.scale.copy_(torch.where(current > 0, scales_from_amaxes(current, recipe), self.scale))
+
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        if not Fp8State.enabled:
+            if Fp8State.calibrating and self.training:  # te's calibration: statistics from a higher-precision run
+                self._roll_history(self.recipe or Fp8State.hpu_nb_recipe())
+                self._record(INPUT, fast_amax(x))
+                self._record(WEIGHT, fast_amax(weight))
+            return F.linear(x, weight, bias)
+        recipe = self.recipe or Fp8State.hpu_nb_recipe()
+        if self.training:
+            self._roll_history(recipe)
+        return _Fp8Matmul.apply(x, weight, bias, self, recipe)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        text = f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        r = self.recipe
+        if r is not None:
+            text += f", fp8_format={r.fp8_format.name}, amax_history_len={r.amax_history_len}, margin={r.margin}"
+        return text
+
+
+__all__ = ["Fp8Linear", "Fp8State", "active_recipe", "emulated_fp8_autocast", "fp8_enabled", "fp8_region",
+           "fp8_support"]
