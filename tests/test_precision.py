@@ -193,8 +193,17 @@ def test_hmp_params_are_read_with_a_deprecation(tmp_path) -> None:
 
 
 def test_bad_op_list_fails_at_plugin_creation(tmp_path) -> None:
-    with pytest.raises(OpListError, match="'lineer'"):
-        HPUPrecisionPlugin("bf16-mixed", fp32_list=["lineer"])
+    with pytest.raises(OpListError, match="expected one op name per line"):
+        HPUPrecisionPlugin("bf16-mixed", fp32_list=str(_write(tmp_path / "ops.txt", "linear, mm\n")))
+
+
+def test_an_unknown_op_name_is_warned_about_when_the_plugin_is_created(monkeypatch) -> None:
+    from hpu_nb.core import oplists
+
+    monkeypatch.setattr(oplists, "_warned_unknown", set())
+    with pytest.warns(oplists.UnknownOpWarning, match="'lineer'.*Did you mean 'linear'"):
+        plugin = HPUPrecisionPlugin("bf16-mixed", fp32_list=["lineer"])
+    assert plugin.op_lists.fp32_ops == {"lineer"}
 
 
 def test_the_plugin_adds_no_function_mode_the_device_applies_the_lists() -> None:
@@ -226,3 +235,8 @@ def test_on_a_gaudi_op_lists_set_before_start_are_in_force(make_fake_gaudi, tmp_
     make_fake_gaudi(release="1.21.0")
     plugin = HPUPrecisionPlugin("bf16-mixed", fp32_list=str(ops))  # the same file Habana read: nothing to refuse
     assert plugin.op_lists.fp32_ops == {"cumsum"}
+
+
+def _write(path, text: str):  # noqa: ANN001, ANN202
+    path.write_text(text)
+    return path

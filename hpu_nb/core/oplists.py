@@ -18,11 +18,13 @@ File format (Habana's): one ATen op name per line. hpu_nb also skips blank lines
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
 import functools
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Union
@@ -94,7 +96,22 @@ def is_known_op(name: str) -> bool:
 def _unknown_op_message(entry: OpEntry) -> str:
     close = difflib.get_close_matches(entry.op, sorted(aten_ops()), n=3, cutoff=0.75)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"{entry.origin}: unknown op {entry.op!r} (op lists name ATen ops, e.g. 'linear', 'softmax', 'mm').{hint}"
+    return (f"{entry.origin}: unknown op {entry.op!r} (op lists name ATen ops, e.g. 'linear', 'softmax', 'mm');"
+            f" kept, but no op will match it, as on a Gaudi.{hint}")
+
+
+class UnknownOpWarning(UserWarning):
+    """An op list names an op that is not an ATen op: on a Gaudi that line is simply never matched."""
+
+
+_warned_unknown: set[str] = set()  # once per name and process: lists are applied again by every Trainer
+
+
+def _warn_unknown_ops(entries: Iterable[OpEntry]) -> None:
+    for entry in entries:
+        if not is_known_op(entry.op) and entry.op not in _warned_unknown:
+            _warned_unknown.add(entry.op)
+            warnings.warn(_unknown_op_message(entry), UnknownOpWarning, stacklevel=3)
 
 
 # -- reading -------------------------------------------------------------------------------------------------------
@@ -142,8 +159,8 @@ def load_op_lists(lower: OpListSource = None, fp32: OpListSource = None) -> OpLi
     """Validated op lists from plugin arguments (a file path or op names each); a list not given stays the default."""
     lower_entries, lower_file = _entries(lower, what="lower_list argument")
     fp32_entries, fp32_file = _entries(fp32, what="fp32_list argument")
-    entries = (*(lower_entries or ()), *(fp32_entries or ()))
-    problems = [_unknown_op_message(e) for e in entries if not is_known_op(e.op)]
+    _warn_unknown_ops((*(lower_entries or ()), *(fp32_entries or ())))
+    problems = []
     first_lower: dict[str, OpEntry] = {}
     for e in lower_entries or ():
         first_lower.setdefault(e.op, e)
@@ -160,15 +177,23 @@ _written_dir: str | None = None
 
 
 def _list_file(entries: tuple[OpEntry, ...], given_file: str | None) -> str:
-    """The file to name in the variable: the user's own file, or one written for a list of names (kept until exit,
-    so worker processes started meanwhile can read it)."""
+    """The file to name in the variable: the user's own file when Habana's reader takes it as it is, else one written
+    with one name per line (kept until exit, so worker processes started meanwhile can read it).
+
+    Habana reads each line verbatim (`getline`): a comment, a blank line, spaces around a name or a CRLF ending would be
+    an op name that never matches, and since the file replaces the whole default list, every default op would silently
+    lose autocast. Such a file is handed over as a normalised copy.
+    """
+    text = "".join(f"{e.op}\n" for e in entries)
     if given_file is not None:
-        return given_file
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            given = read_small_file(given_file, "op-list file").decode("utf-8")
+            if given in (text, text.rstrip("\n")):
+                return given_file
     global _written_dir
     if _written_dir is None:
         _written_dir = tempfile.mkdtemp(prefix="hpu_nb_oplists_")
         atexit.register(shutil.rmtree, _written_dir, True)
-    text = "".join(f"{e.op}\n" for e in entries)
     path = Path(_written_dir) / f"ops_{abs(hash(text)):x}.txt"
     path.write_text(text, encoding="utf-8")
     return str(path)
