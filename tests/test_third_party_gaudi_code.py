@@ -6,7 +6,8 @@ pytest's process (hpu_nb imported, its fixtures) leaks in:
 - a Habana Model-References-style training script (htcore first, mark_step, HPU graphs for eval in lazy mode);
 - lightning-habana's examples/pytorch/hpu_graphs.py flows, rewritten with hpu_nb's imports on synthetic data;
 - Hugging Face optimum-habana 1.21.2: GaudiTrainer on a tiny random Llama (fused AdamW, fused clip-norm, bf16
-  autocast; eager and lazy), and generation with HPU graphs against plain transformers on the CPU.
+  autocast; eager and lazy) and on GPT-2 and BERT (lazy), and generation with HPU graphs against plain transformers
+  on the CPU.
 
 The optimum-habana tests need the `optimum` extra (`make setup` installs it) and skip, saying so, without it. Two
 things stand in for what a Gaudi machine has, both only in those subprocesses:
@@ -122,12 +123,8 @@ def test_the_optimum_habana_under_test_is_the_pinned_one():
     assert importlib.metadata.version("transformers").startswith("4.55.")
 
 
-@pytest.mark.slow
-@needs_optimum_habana
-@pytest.mark.parametrize("mode", ["eager", "lazy"])
-def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_norm(tmp_path, mode):
-    result = run_script("optimum_llama_train.py", mode, lazy=mode == "lazy", cwd=tmp_path, torchvision_standin=True)
-    assert result["model_class"] == "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM"
+def assert_trained_the_habana_way(result: dict[str, Any], model_class: str, lazy: bool) -> None:
+    assert result["model_class"] == model_class
     assert result["device"] == "hpu:0"
     assert result["optimizer"] == "habana_frameworks.torch.hpex.optimizers.FusedAdamW.FusedAdamW"
     assert result["clip_norm"] == "habana_frameworks.torch.hpex.normalization.FusedClipNorm.FusedClipNorm"
@@ -135,12 +132,35 @@ def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_nor
     assert result["steps_by"] == {"habana_frameworks.torch.hpex.optimizers.FusedAdamW.FusedAdamW": 20}
     assert result["clip_norm_calls"] == 20
     assert result["autocast_dtypes"] == ["torch.bfloat16"]  # use_torch_autocast: the linear layers ran in bf16
-    if mode == "lazy":  # optimum-habana's lazy-mode path marks steps (the emulated Gaudi counts them)
+    if lazy:  # optimum-habana's lazy-mode path marks steps (the emulated Gaudi counts them)
         assert result["mark_steps"] >= 2 * 20
     else:
         assert result["mark_steps"] == 0
-    losses = result["losses"]
-    assert len(losses) == 20 and learned(losses, 0.85)
+    assert len(result["losses"]) == 20
+
+
+@pytest.mark.slow
+@needs_optimum_habana
+@pytest.mark.parametrize("mode", ["eager", "lazy"])
+def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_norm(tmp_path, mode):
+    result = run_script("optimum_train.py", mode, "llama", lazy=mode == "lazy", cwd=tmp_path,
+                        torchvision_standin=True)["llama"]
+    assert_trained_the_habana_way(
+        result, "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM", lazy=mode == "lazy")
+    assert learned(result["losses"], 0.85)
+
+
+@pytest.mark.slow
+@needs_optimum_habana
+def test_gaudi_trainer_trains_tiny_gpt2_and_bert_in_lazy_mode(tmp_path):
+    result = run_script("optimum_train.py", "lazy", "gpt2", "bert", lazy=True, cwd=tmp_path, torchvision_standin=True)
+    assert_trained_the_habana_way(
+        result["gpt2"], "optimum.habana.transformers.models.gpt2.modeling_gpt2.GaudiGPT2LMHeadModel", lazy=True)
+    assert learned(result["gpt2"]["losses"], 0.85)
+    # optimum-habana keeps transformers' BERT class (it patches functions, not this class)
+    assert_trained_the_habana_way(
+        result["bert"], "transformers.models.bert.modeling_bert.BertForSequenceClassification", lazy=True)
+    assert learned(result["bert"]["losses"], 0.5)
 
 
 @pytest.mark.slow
