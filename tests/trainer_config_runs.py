@@ -93,6 +93,10 @@ def run_one(values: dict, workdir: Path, fp8_measured: str) -> dict:
     exec(cfg.code, namespace)  # noqa: S102 - the generated code, in a fresh namespace
     trainer = namespace["trainer"]
     model = namespace.get("model", LinearModel(FEATURES))
+    if cfg.offloads:  # the user pasted the code's snippet: configure_optimizers returns DeepSpeedCPUAdam
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        model.configure_optimizers = lambda: DeepSpeedCPUAdam(model.parameters(), lr=cfg.offload_lr)
     data = regression_data(n=32, features=FEATURES)
     if cfg.precision in ("fp8-measure", "fp8-quantize"):
         out = trainer.predict(model, data)

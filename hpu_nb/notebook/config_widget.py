@@ -4,7 +4,8 @@ The form is made of ipywidgets controls (a kept library; keyboard and screen-rea
 the validation messages and the Copy button are a small anywidget (`static/config_widget.js`, shipped in the
 package). All logic lives in `hpu_nb.notebook.trainer_config.TrainerConfig`, which the widget only edits: the code
 shown is `cfg.code`, and `cfg.trainer_kwargs()` builds exactly that Trainer. Clicks are handled by the kernel
-between cells, as all widget events are.
+between cells, as all widget events are. Displayed, the form is followed by a static snapshot of its code (kept up to
+date as the form changes), which is what a saved notebook shows without a kernel.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
+from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.notebook.trainer_config import (
     ACCELERATORS,
     AUTOCAST_LABELS,
@@ -62,6 +64,7 @@ class TrainerConfigWidget(w.VBox):
             raise TypeError("Pass either a TrainerConfig or field values, not both.")
         self._config = config if config is not None else config_from(fields.items())
         self._updating = False
+        self._displays = SnapshotDisplays()
         self.controls = self._make_controls()
         self.panel = CodePanel()
         backend = get_backend()
@@ -150,6 +153,8 @@ class TrainerConfigWidget(w.VBox):
         with self.panel.hold_sync():
             self.panel.code = c.code
             self.panel.issues = [{"level": i.level, "field": i.field, "message": i.message} for i in issues]
+        if self._displays.snapshots:
+            self._displays.refresh(self._snapshot())
 
     def set(self, **fields: Any) -> "TrainerConfigWidget":
         """Change fields from code (the form follows); returns self."""
@@ -203,16 +208,26 @@ class TrainerConfigWidget(w.VBox):
         head += [f"  {i}" for i in issues]
         return "\n".join(head + ["", self.code])
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data = bundle[0] if isinstance(bundle, tuple) else bundle
-        data["text/plain"] = self._text()
+    def _html(self) -> str:
         issues = "".join(
             f'<li style="color:{"#b00020" if i.level == "error" else "#8a6d00"}">{html.escape(str(i))}</li>'
             for i in self._config.issues()
         )
-        data["text/html"] = (f"<div><b>{html.escape(self._title())}</b> ({html.escape(self.panel.backend_label)})"
-                             f"{'<ul>' + issues + '</ul>' if issues else ''}<pre>{html.escape(self.code)}</pre></div>")
+        return (f"<div><b>{html.escape(self._title())}</b> ({html.escape(self.panel.backend_label)})"
+                f"{'<ul>' + issues + '</ul>' if issues else ''}<pre>{html.escape(self.code)}</pre></div>")
+
+    def _snapshot(self) -> dict[str, str]:
+        return snapshot_bundle(self._title(), self._html(), self._text())
+
+    def _ipython_display_(self) -> None:
+        """The live form, then its snapshot (the code and the issues), which follows every change of the form."""
+        self._displays.show(live_bundle(self, f"{self._title()} (live form; its code follows)"), self._snapshot())
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/plain"] = self._text()
+        data["text/html"] = self._html()
         return bundle
 
     def __repr__(self) -> str:

@@ -3,15 +3,17 @@
 Why not DeviceStatsMonitor: it needs a logger and shows nothing in the notebook. At the end of every batch (fit /
 validate / test / predict) this samples `trainer.accelerator.get_device_stats()` (Limit, InUse, MaxInUse and the
 rest) and, for training batches, the loss the step returned, the batch size and the time since the previous batch
-(step time and throughput). Every `log_every_n_steps` training steps of a multi-device run the ranks' InUse /
-MaxInUse are gathered to rank 0 (one small all_gather), so the chart can show each rank's memory.
+(step time and throughput per step; the summary also gives the wall-clock throughput of the whole run). Every
+`log_every_n_steps` training steps of a multi-device run the ranks' InUse / MaxInUse are gathered to rank 0 (one small
+all_gather), so the chart can show each rank's memory.
 
 The callback *owns* its chart (`monitor.chart`, a `TrainingChart` widget), as tqdm.notebook owns its bar: it is not
 itself a widget. The history is bounded (halved when full, always keeping the higher memory point, so the peak
 survives); the chart gets only the points added since its last update, at most every `update_interval` seconds, as
-one binary buffer in one message. A widget or front-end failure is reported once and never stops training. Without
-a front end (nbmake, plain IPython) the output holds a text / HTML summary with static SVG charts. A forked or
-spawned worker (multi-device runs) records but never writes to the kernel's front end.
+one binary buffer in one message. A widget or front-end failure is reported once and never stops training. After the
+live chart the monitor displays its snapshot (hpu_nb.notebook.snapshot: text / HTML summary with static SVG charts),
+re-published when a run ends: it is what a saved notebook shows without a kernel, and all a headless run has. A
+forked or spawned worker (multi-device runs) records but never writes to the kernel's front end.
 
 Out of memory: the figures of the chart, the message and the counter table all come from one record (`monitor.oom`),
 read from the error itself (its `in_use` / `requested` / `limit` attributes, else its message).
@@ -40,6 +42,7 @@ import traitlets
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.runtime import is_out_of_memory
 from hpu_nb.runtime.env import format_bytes
 
@@ -190,7 +193,7 @@ class MemoryMonitor(Callback):
         self._needs_reset = False
         self._last_push = 0.0
         self._last_batch_end: float | None = None
-        self._handles: list[Any] = []
+        self._displays = SnapshotDisplays()
         self._shown_in: int | None = None
         self._finished = True
         self._owner_pid = os.getpid()
@@ -422,21 +425,19 @@ class MemoryMonitor(Callback):
                           stacklevel=3)
 
     # -- display ----------------------------------------------------------------------------------------------
-    def _bundle(self) -> dict[str, Any]:
-        data: dict[str, Any] = {}
-        if self.chart is not None and self.frontend_error is None:
-            data, _ = self.chart._repr_mimebundle_()  # the widget view
+    def _live(self) -> dict[str, Any] | None:
+        """The live chart's output (None after a front-end failure: then only the snapshot is shown)."""
+        if self.chart is None or self.frontend_error is not None:
+            return None
+        return live_bundle(self.chart, f"MemoryMonitor live chart ({self.device_label}); its summary follows")
+
+    def _snapshot(self) -> dict[str, str]:
+        """What stays in the saved notebook: the summary and the static charts (no JavaScript)."""
         summary = TrainingSummary(self)
-        data["text/plain"] = summary.text()
-        data["text/html"] = summary.html()
-        return data
+        return snapshot_bundle("MemoryMonitor", summary.html(), summary.text())
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        handle = display(self._bundle(), raw=True, display_id=True)
-        if handle is not None:
-            self._handles = (self._handles + [handle])[-4:]
+        self._displays.show(self._live(), self._snapshot())
         self._shown_in = _execution_count()
 
     def _show_in_current_cell(self) -> None:
@@ -446,11 +447,9 @@ class MemoryMonitor(Callback):
         self._ipython_display_()
 
     def _update_displays(self) -> None:
-        if not self._handles:
-            return
-        bundle = self._bundle()
-        for handle in self._handles:
-            handle.update(bundle, raw=True)
+        """The run's final state into every snapshot (the live chart updates itself)."""
+        if self._displays.snapshots:
+            self._displays.refresh(self._snapshot())
 
     def __repr__(self) -> str:
         return TrainingSummary(self).text()
@@ -506,8 +505,12 @@ class TrainingSummary:
         if losses:
             out.update(first_loss=losses[0], last_loss=losses[-1])
         if timed:
+            # per step (what the chart's throughput panel plots): each sample's own samples / seconds, the median;
+            # wall clock: all samples over all the time between training batch ends (slow steps weigh in)
             out["step_time"] = statistics.median(p[SECONDS] / p[BATCHES] for p in timed)
+            out["step_samples_per_s"] = statistics.median(p[SAMPLES] / p[SECONDS] for p in timed)
             total_s = sum(p[SECONDS] for p in timed)
+            out["wall_seconds"] = total_s
             out["samples_per_s"] = sum(p[SAMPLES] for p in timed) / total_s
             out["steps_per_s"] = sum(p[BATCHES] for p in timed) / total_s
         return out
@@ -543,8 +546,10 @@ class TrainingSummary:
             if "last_loss" in training:
                 parts.append(f"loss {training['first_loss']:.4g} -> {training['last_loss']:.4g}")
             if "step_time" in training:
-                parts.append(f"step time {training['step_time'] * 1e3:.1f} ms (median), "
-                             f"{training['steps_per_s']:.1f} steps/s, {training['samples_per_s']:.0f} samples/s")
+                parts.append(f"per step (median, as the chart): {training['step_time'] * 1e3:.1f} ms, "
+                             f"{training['step_samples_per_s']:,.0f} samples/s; wall clock over "
+                             f"{training['wall_seconds']:.1f} s of training batches: {training['steps_per_s']:.1f} "
+                             f"steps/s, {training['samples_per_s']:,.0f} samples/s")
             lines.append("Training: " + "; ".join(parts) + measured)
         if self.ranks.get("x"):
             last = self.ranks["in_use"][-1]

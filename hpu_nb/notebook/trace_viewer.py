@@ -7,8 +7,9 @@ full-view payload is a few hundred KB whatever the trace size. The front end is 
 module shipped in the package (static/trace_viewer.js, no CDN); it draws on a canvas and puts
 every name in the page with textContent / fillText, never as HTML.
 
-Without a front end (nbmake, nbconvert, a plain terminal) the same object renders as a static
-HTML summary (op table + an SVG picture of the timeline) and a plain-text summary.
+Displayed, the viewer is followed by its static snapshot (hpu_nb.notebook.snapshot: op table + an
+SVG picture of the timeline, and a plain-text summary): what a saved notebook shows without a kernel
+(nbconvert, GitHub, JupyterLab reopened), hidden by the live viewer's CSS while it is on screen.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.traces import Trace, find_trace, load, trace_files
 from hpu_nb.traces.lod import MAX_NAME, TimelineIndex, ViewPayload
 from hpu_nb.traces.render import timeline_svg
@@ -175,6 +177,11 @@ class TraceViewer(anywidget.AnyWidget):
             f"<div>{timeline_svg(self.trace, self.index, window=(t0, t1))}</div>"
             f"{self.summary_table()._repr_html_()}</div>"
         )
+
+    def _ipython_display_(self) -> None:
+        """The live viewer, then its snapshot (the whole trace's picture and table) for the saved notebook."""
+        SnapshotDisplays().show(live_bundle(self, f"{self!r} (live viewer; its snapshot follows)"),
+                                snapshot_bundle("TraceViewer", self.html_summary(), self.text_summary()))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         bundle = super()._repr_mimebundle_(**kwargs)

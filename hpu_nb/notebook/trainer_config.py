@@ -56,7 +56,6 @@ OpList = Union[Sequence[str], str, None]  # op names, or the path of a LOWER_LIS
 # where each name the generated code uses comes from
 IMPORTS = {
     "L": "import lightning as L",
-    "DeepSpeedCPUAdam": "from deepspeed.ops.adam import DeepSpeedCPUAdam",
 }
 HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPStrategy",
                 "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
@@ -96,15 +95,8 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Lambda:
-    """`lambda: body` (the optimizer ZeRO-Offload needs, as the model's configure_optimizers)."""
-
-    body: Call
-
-
-@dataclass(frozen=True)
 class Statement:
-    target: str  # "plugin", "model", "trainer", "model.configure_optimizers"
+    target: str  # "plugin", "model", "trainer"
     value: Any
     comments: tuple[str, ...] = ()  # lines above the statement
     note: str = ""  # a comment at the end of the line
@@ -211,11 +203,14 @@ class TrainerConfig:
                 err("precision", "16-mixed with DeepSpeed: this DeepSpeed's accelerator has no fp16 "
                                  f"({_deepspeed_accelerator_name()}); choose bf16-mixed.")
             if self.deepspeed_stage == 3 and gen.key == "gaudi2":
-                warn("deepspeed_stage", "ZeRO-3 on Gaudi2 needs SynapseAI 1.19 or newer.")
+                release = backend.release()  # the rule is the release's, not the card's: 1.19 brought ZeRO-3
+                if release is None or (release.major, release.minor) < (1, 19):
+                    known = f"this is {release}" if release is not None else "this release could not be told"
+                    warn("deepspeed_stage", f"ZeRO-3 on Gaudi2 needs SynapseAI 1.19 or newer ({known}).")
             if self.offloads:
                 warn("offload_optimizer", "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own "
-                                          "DeepSpeedCPUAdam (it refuses a torch optimizer): the code replaces your "
-                                          f"model's optimizer by DeepSpeedCPUAdam(lr={self.offload_lr:g}). Its C++ "
+                                          "DeepSpeedCPUAdam (it refuses a torch optimizer): return it from your "
+                                          "LightningModule's configure_optimizers (the snippet in the code). Its C++ "
                                           "op compiles on first use (about 2 minutes; cached afterwards).")
         if self.strategy == "fsdp" and backend.is_lazy():
             err("strategy", "FSDP runs in eager mode only: set PT_HPU_LAZY_MODE=0 in the environment before Python "
@@ -282,8 +277,8 @@ class TrainerConfig:
     # -- what it means ------------------------------------------------------------------------------------------
     @property
     def needs_model(self) -> bool:
-        """fp8 converts the model, ZeRO-Offload gives it DeepSpeed's optimizer: the code then uses your `model`."""
-        return self.precision in FP8 or self.offloads
+        """fp8 converts the model: the code then uses your `model` (ZeRO-Offload only asks for a pasted snippet)."""
+        return self.precision in FP8
 
     @property
     def uses_plugin(self) -> bool:
@@ -299,7 +294,7 @@ class TrainerConfig:
         return self.precision
 
     def plan(self) -> Plan:
-        """The statements that make the Trainer (and, for fp8 / ZeRO-Offload, prepare `model`)."""
+        """The statements that make the Trainer (and, for fp8, prepare `model`)."""
         steps: Plan = []
         if self.uses_plugin:
             kwargs: dict[str, Any] = {"precision": "fp8" if self.precision in FP8 else self.precision}
@@ -313,12 +308,8 @@ class TrainerConfig:
             if convert is not None:
                 comment, convert_kwargs = convert
                 steps.append(Statement("model", Call("plugin.convert_modules", _items(convert_kwargs),
-                                                     (Ref("model"),)), note=comment))
-        if self.offloads:
-            optimizer = Call("DeepSpeedCPUAdam", (("lr", self.offload_lr),), (Call("model.parameters"),))
-            steps.append(Statement("model.configure_optimizers", Lambda(optimizer), comments=(
-                "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own",
-                "optimizer (it refuses a torch one): set the learning rate you want.")))
+                                                     (Ref("model"),)), note=comment, comments=(
+                    "`model` is your LightningModule (e.g. model = MyModel()), made before this code runs",)))
         args: dict[str, Any] = {}
         args["accelerator"] = Call("HPUAccelerator") if self.accelerator == "HPUAccelerator()" else "hpu"
         args["devices"] = self.devices
@@ -373,13 +364,12 @@ class TrainerConfig:
 
     # -- building -------------------------------------------------------------------------------------------------
     def build(self, model: Any = None) -> tuple[dict[str, Any], Any]:
-        """(Trainer keyword arguments, the model to use): the plan, evaluated. fp8 / offload need `model`."""
+        """(Trainer keyword arguments, the model to use): the plan, evaluated. fp8 needs `model`."""
         self.check()
         if self.needs_model and model is None:
-            why = "converts your model's layers" if self.precision in FP8 else "gives your model DeepSpeed's optimizer"
             raise InvalidConfigError(
-                f"this configuration {why} first: pass it, e.g. kwargs, model = cfg.build(model) or "
-                "cfg.trainer_kwargs(model)."
+                "this configuration converts your model's layers first: pass it, e.g. kwargs, model = "
+                "cfg.build(model) or cfg.trainer_kwargs(model)."
             )
         namespace: dict[str, Any] = {"model": model}
         *prepare, last = self.plan()
@@ -389,7 +379,7 @@ class TrainerConfig:
         return kwargs, namespace["model"]
 
     def trainer_kwargs(self, model: Any = None) -> dict[str, Any]:
-        """Keyword arguments for `L.Trainer(**cfg.trainer_kwargs())` (fp8 / offload: pass the model)."""
+        """Keyword arguments for `L.Trainer(**cfg.trainer_kwargs())` (fp8: pass the model)."""
         return self.build(model)[0]
 
     # -- code ------------------------------------------------------------------------------------------------------
@@ -409,9 +399,9 @@ class TrainerConfig:
         if ours:
             lines.append(f"from hpu_nb import {', '.join(ours)}")
         lines.append("")
-        snippet = self._autocast_snippet()
-        if snippet:
-            lines += snippet + [""]
+        for snippet in (self._autocast_snippet(), self.offload_snippet()):
+            if snippet:
+                lines += snippet + [""]
         *prepare, last = plan
         for step in prepare:
             lines += [f"# {c}" for c in step.comments]
@@ -442,6 +432,16 @@ class TrainerConfig:
         else:
             lines += [f"#         @{call}", "#         def forward(self, x):", "#             return self.net(x)"]
         return lines
+
+    def offload_snippet(self) -> list[str]:
+        """ZeRO-Offload: the configure_optimizers to paste into the LightningModule (commented code lines)."""
+        if not self.offloads:
+            return []
+        return ["# ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own optimizer (it refuses a torch",
+                "# one): return it from your LightningModule's configure_optimizers, with the learning rate you want:",
+                "#", "#     from deepspeed.ops.adam import DeepSpeedCPUAdam", "#",
+                "#     class MyModel(L.LightningModule):", "#         def configure_optimizers(self):",
+                f"#             return DeepSpeedCPUAdam(self.parameters(), lr={self.offload_lr:g})"]
 
     # -- convenience -------------------------------------------------------------------------------------------
     def replace(self, **changes: Any) -> TrainerConfig:
@@ -484,8 +484,6 @@ def _names(value: Any) -> Iterable[str]:
             yield head
         for item in list(value.args) + [v for _, v in value.kwargs]:
             yield from _names(item)
-    elif isinstance(value, Lambda):
-        yield from _names(value.body)
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _names(item)
@@ -497,8 +495,6 @@ def _render(value: Any) -> str:
     if isinstance(value, Call):
         parts = [_render(a) for a in value.args] + [f"{k}={_render(v)}" for k, v in value.kwargs]
         return f"{value.func}({', '.join(parts)})"
-    if isinstance(value, Lambda):
-        return f"lambda: {_render(value.body)}"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
@@ -514,8 +510,6 @@ def _resolve(func: str, namespace: dict[str, Any]) -> Any:
         obj = importlib.import_module("lightning")
     elif head in HPU_NB_NAMES:
         obj = getattr(importlib.import_module("hpu_nb"), head)
-    elif head == "DeepSpeedCPUAdam":
-        obj = importlib.import_module("deepspeed.ops.adam").DeepSpeedCPUAdam
     else:
         raise NameError(f"the plan uses an unknown name {head!r}")
     for attr in rest:
@@ -530,8 +524,6 @@ def _evaluate(value: Any, namespace: dict[str, Any]) -> Any:
         args = [_evaluate(a, namespace) for a in value.args]
         kwargs = {k: _evaluate(v, namespace) for k, v in value.kwargs}
         return _resolve(value.func, namespace)(*args, **kwargs)
-    if isinstance(value, Lambda):
-        return lambda: _evaluate(value.body, namespace)
     if isinstance(value, list):
         return [_evaluate(v, namespace) for v in value]
     return value

@@ -2,7 +2,8 @@
 // Python sends deltas: {seq, base, reset, points: float64 buffer of FIELDS per point}. The history lives in a
 // per-model store (keyed by the model's uid) filled in initialize(), so every view — including one created after a
 // page reload — draws the same points. A gap in the sequence asks Python for the whole history.
-// Three panels share the batch axis: device memory, training loss, throughput (samples/s; step time on hover).
+// Three panels share the batch axis: device memory, training loss, throughput per step (samples/s of each step;
+// step time on hover). The summary also gives the wall-clock throughput of the whole run.
 // Hovering shows every value at the nearest batch; dashed lines mark epochs; shaded bands are validation.
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -15,7 +16,7 @@ const W = 640, L = 72, R = 14;
 const PANELS = [
   { key: "memory", height: 190, title: "device memory" },
   { key: "loss", height: 100, title: "training loss" },
-  { key: "rate", height: 100, title: "throughput (samples/s)" },
+  { key: "rate", height: 100, title: "throughput per step (samples/s)" },
 ];
 
 // the same format as hpu_nb's format_bytes (the summary, the messages): one figure reads the same everywhere
@@ -211,13 +212,13 @@ function drawChart(svg, store, model, scaleMode) {
         key === "loss" ? "no loss yet (training_step returns it)" : "no timed training batch yet");
       continue;
     }
-    let lo = Math.min(...values), hi = Math.max(...values);
-    const pad = (hi - lo) * 0.1 || Math.abs(hi) * 0.1 || 1;
-    lo = key === "rate" ? Math.max(0, lo - pad) : lo - pad;
-    hi += pad;
+    const low = Math.min(...values), high = Math.max(...values);
+    const pad = (high - low) * 0.1 || Math.abs(high) * 0.1 || 1;
+    const lo = key === "rate" ? Math.max(0, low - pad) : low - pad;
+    const hi = high + pad;
     const sy = (v) => top + h * (1 - (v - lo) / (hi - lo));
     scales[key] = sy;
-    for (const v of [lo + pad, hi - pad]) {
+    for (const v of [low, high]) {  // the ticks are the data's own minimum and maximum
       node("line", { x1: L, x2: L + w, y1: sy(v), y2: sy(v), class: "hpu-tc-grid" }, svg, SVG);
       text(svg, { x: L - 6, y: sy(v) + 4, "text-anchor": "end", class: "hpu-tc-tick" }, label(v));
     }
@@ -314,7 +315,7 @@ function render({ model, el: root }) {
   const table = node("table", { class: "hpu-tc-counters" }, side);
   const legend = node("div", { class: "hpu-tc-legend" }, root);
   for (const [name, colour, cls] of [["InUse", COLORS.InUse, ""], ["MaxInUse", COLORS.MaxInUse, ""],
-    ["Limit", COLORS.Limit, " dashed"], ["training loss", COLORS.loss, ""], ["samples/s", COLORS.rate, ""],
+    ["Limit", COLORS.Limit, " dashed"], ["training loss", COLORS.loss, ""], ["samples/s per step", COLORS.rate, ""],
     ["epoch boundary", "#999", " dotted"], ["validation", "#9467bd", " band"]]) {
     const item = node("span", { class: "hpu-tc-legend-item" }, legend);
     node("span", { class: `hpu-tc-swatch${cls}`, style: `background:${colour}` }, item);
