@@ -168,6 +168,10 @@ def _hook_connector(
     def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = flags_signature.bind(self, *args, **kwargs)
         precision, accelerator = call.arguments.get("precision"), call.arguments.get("accelerator")
+        if accelerator in ("auto", None) and selection.asks_for_hpu(call.arguments.get("strategy"),
+                                                                     call.arguments.get("plugins")):
+            call.arguments["accelerator"] = accelerator = "hpu"
+            args, kwargs = call.args[1:], call.kwargs
         kept = selection.hpu_only_precision(precision)
         on_hpu = selection.is_hpu_accelerator(accelerator) or (accelerator in ("auto", None) and _real_gaudi_present())
         if kept is None or not on_hpu:

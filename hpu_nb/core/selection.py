@@ -16,6 +16,21 @@ def is_hpu_accelerator(flag: Any) -> bool:
     return isinstance(flag, HPUAccelerator) or (isinstance(flag, str) and flag.lower() == "hpu")
 
 
+def asks_for_hpu(strategy: Any, plugins: Any) -> bool:
+    """Whether an explicit HPU strategy (an instance, or a registered "hpu..." name) or HPU precision plugin was given:
+    with accelerator="auto" that means the HPU, as with lightning-habana (its strategies and plugins said so)."""
+    from hpu_nb.core.fabric.precision import HPUPrecision
+    from hpu_nb.core.precision import HPUFp8Mixin, HPUPrecisionPlugin
+    from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
+    from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly
+
+    if isinstance(strategy, HPUAcceleratorOnly) or (isinstance(strategy, str) and strategy.lower().startswith("hpu")):
+        return True
+    plugins = plugins if isinstance(plugins, (list, tuple)) else [plugins]
+    hpu_precisions = (HPUPrecisionPlugin, HPUFp8Mixin, HPUFSDPPrecisionMixin, HPUPrecision)
+    return any(isinstance(plugin, hpu_precisions) for plugin in plugins)
+
+
 def choose_strategy(parallel_devices: list, num_nodes: int, single_strategy: type) -> Any:
     """The single-HPU strategy for one device, the HPUParallelStrategy family for several (or several nodes)."""
     if len(parallel_devices) <= 1 and num_nodes == 1:
