@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -139,12 +139,26 @@ def assert_trained_the_habana_way(result: dict[str, Any], model_class: str, lazy
     assert len(result["losses"]) == 20
 
 
+@pytest.fixture(scope="module")
+def gaudi_trainer_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """optimum_train.py per mode, run once: Llama in eager mode; Llama, GPT-2 and BERT in one lazy-mode process."""
+    runs: dict[str, dict[str, Any]] = {}
+
+    def run(mode: str) -> dict[str, Any]:
+        if mode not in runs:
+            models = ["llama"] if mode == "eager" else ["llama", "gpt2", "bert"]
+            runs[mode] = run_script("optimum_train.py", mode, *models, lazy=mode == "lazy",
+                                    cwd=tmp_path_factory.mktemp(mode), torchvision_standin=True)
+        return runs[mode]
+
+    return run
+
+
 @pytest.mark.slow
 @needs_optimum_habana
 @pytest.mark.parametrize("mode", ["eager", "lazy"])
-def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_norm(tmp_path, mode):
-    result = run_script("optimum_train.py", mode, "llama", lazy=mode == "lazy", cwd=tmp_path,
-                        torchvision_standin=True)["llama"]
+def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_norm(gaudi_trainer_runs, mode):
+    result = gaudi_trainer_runs(mode)["llama"]
     assert_trained_the_habana_way(
         result, "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM", lazy=mode == "lazy")
     assert learned(result["losses"], 0.85)
@@ -152,8 +166,8 @@ def test_gaudi_trainer_trains_a_tiny_llama_with_habanas_fused_adamw_and_clip_nor
 
 @pytest.mark.slow
 @needs_optimum_habana
-def test_gaudi_trainer_trains_tiny_gpt2_and_bert_in_lazy_mode(tmp_path):
-    result = run_script("optimum_train.py", "lazy", "gpt2", "bert", lazy=True, cwd=tmp_path, torchvision_standin=True)
+def test_gaudi_trainer_trains_tiny_gpt2_and_bert_in_lazy_mode(gaudi_trainer_runs):
+    result = gaudi_trainer_runs("lazy")
     assert_trained_the_habana_way(
         result["gpt2"], "optimum.habana.transformers.models.gpt2.modeling_gpt2.GaudiGPT2LMHeadModel", lazy=True)
     assert learned(result["gpt2"]["losses"], 0.85)
