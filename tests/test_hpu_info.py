@@ -195,3 +195,21 @@ def test_magic_explains_a_backend_that_cannot_start(monkeypatch: pytest.MonkeyPa
     out = capsys.readouterr().out
     assert out.startswith("%hpu_info: no device backend could be set up: HPUNotAvailableError")
     assert "HPU_NB_BACKEND=gaudi" in out
+
+
+def test_metric_times_carry_their_unit() -> None:
+    """Habana reports TotalTime / AvgTime in microseconds: the report says so (never a bare 890239)."""
+    from types import SimpleNamespace
+
+    from hpu_nb.notebook.info import metric_rows
+
+    info = SimpleNamespace(metrics={
+        "graph_compilation": {"TotalNumber": 3, "TotalTime": 890239, "AvgTime": 296746.3},
+        "memory_defragmentation": {"TotalNumber": 1, "TotalTime": 12},
+        "recipe_cache": {"TotalHit": 4, "TotalMiss": 2, "Recipes": {"a": 1, "b": 2}},
+    })
+    rows = dict(metric_rows(info))  # type: ignore[arg-type]
+    assert rows["graph_compilation"] == "TotalNumber 3, TotalTime 890.2 ms, AvgTime 296.7 ms"
+    assert rows["memory_defragmentation"] == "TotalNumber 1, TotalTime 12 us"
+    assert rows["recipe_cache"] == "TotalHit 4, TotalMiss 2, Recipes 2 entries"
+    assert dict(metric_rows(SimpleNamespace(metrics={"g": {"TotalTime": 2_500_000}})))["g"] == "TotalTime 2.50 s"

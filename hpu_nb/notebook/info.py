@@ -70,14 +70,26 @@ def _summary_rows(info: HPUInfo) -> list[tuple[str, str]]:
 
 
 def metric_rows(info: HPUInfo) -> list[tuple[str, str]]:
-    """Habana's global metrics, one row per metric ("graph_compilation": "TotalNumber 3, TotalTime 1200, ..."),
+    """Habana's global metrics, one row per metric ("graph_compilation": "TotalNumber 3, TotalTime 1.2 ms, ..."),
     per-recipe tables shown by their size."""
     rows = []
     for name, tags in sorted(info.metrics.items()):
-        shown = [f"{tag} {len(value)} entries" if isinstance(value, dict) else f"{tag} {value}"
+        shown = [f"{tag} {len(value)} entries" if isinstance(value, dict) else f"{tag} {_metric_value(tag, value)}"
                  for tag, value in tags.items()]
         rows.append((name, ", ".join(shown) or "none"))
     return rows
+
+
+def _metric_value(tag: str, value: Any) -> str:
+    """A metric's value with its unit: Habana reports the *Time tags (TotalTime, AvgTime) in microseconds."""
+    if tag.endswith("Time") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        us = float(value)
+        if us >= 1e6:
+            return f"{us / 1e6:.2f} s"
+        if us >= 1e3:
+            return f"{us / 1e3:.1f} ms"
+        return f"{us:.0f} us"
+    return str(value)
 
 
 def device_rows(info: HPUInfo) -> tuple[list[tuple[str, Any]], int]:
