@@ -14,7 +14,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from hpu_nb.runtime import get_backend, hpu_device
+from hpu_nb.emulator import hpu_device
+from hpu_nb.runtime import get_backend
 from tests.models import quiet_trainer_kwargs, regression_data
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 import hpu_nb
 from hpu_nb import HPUAccelerator, HPUCheckpointIO, SingleHPUStrategy
 from hpu_nb.core import registration
-from hpu_nb.runtime import get_backend, hpu_device
+from hpu_nb.emulator import hpu_device
+from hpu_nb.runtime import get_backend
 from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
 
 

@@ -1,8 +1,8 @@
 """The seed documents' customised op-list examples run as written, warning about the names no ATen op has.
 
 lightning-habana's `ops_fp32_mnist.txt` names `cross_entropy` (torch.nn.functional's name; the ATen op is
-`cross_entropy_loss`) and `tan`: on a Gaudi the first line is never matched, and the run goes on. The examples pass the files as
-`bf16_file_path` / `fp32_file_path`, or inside `hmp_params`, with `precision=16`.
+`cross_entropy_loss`) and `tan`: on a Gaudi the first line is never matched, and the run goes on. The examples pass
+the files as `bf16_file_path` / `fp32_file_path`, or inside `hmp_params`, with `precision=16`.
 """
 
 from __future__ import annotations
