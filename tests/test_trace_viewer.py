@@ -11,7 +11,7 @@ import pytest
 
 from hpu_nb import traces
 from hpu_nb.notebook.trace_viewer import TraceViewer, hpu_trace_magic
-from hpu_nb.traces.lod import FLAG_MATCH, FLAG_MERGED, TimelineIndex
+from hpu_nb.traces.lod import FLAG_MATCH, FLAG_MERGED, ITEM_BYTES, TimelineIndex
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 FULL_VIEW_BUDGET = 2_000_000  # bytes: the issue's bound for a full zoom-out
@@ -120,7 +120,7 @@ def test_search_flags_matches(big_trace):
 
 def test_viewer_answers_view_search_and_click(big_trace):
     v = TraceViewer(big_trace)
-    assert v.payload_meta["bytes"] < FULL_VIEW_BUDGET and len(v.payload) == 19 * v.payload_meta["n"]
+    assert v.payload_meta["bytes"] < FULL_VIEW_BUDGET and len(v.payload) == ITEM_BYTES * v.payload_meta["n"]
     full_n = v.payload_meta["n"]
     step = big_trace.steps[10]
     v.view = [float(step.start_ns), float(step.end_ns)]
@@ -182,3 +182,21 @@ def test_hpu_trace_magic(tmp_path, capsys):
     assert "no trace file or folder" in capsys.readouterr().out
     assert hpu_trace_magic("--bogus") is None
     assert "unrecognized arguments: --bogus" in capsys.readouterr().out
+
+
+def test_zoomed_inside_spans_the_table_and_hover_know_the_whole_spans(big_trace):
+    """Zoomed inside an op (no span starts in the window), the table lists the spans in view, as the status counts
+    them, and the payload carries each span's whole duration (the hover's), not only the part in view."""
+    v = TraceViewer(big_trace)
+    i = int(np.flatnonzero(big_trace.op_mask & (big_trace.dur >= 8_000))[0])  # an 8 us aten::op
+    start, dur = float(big_trace.ts[i]), float(big_trace.dur[i])
+    v.view = [start + 0.25 * dur, start + 0.25 * dur + 1_000.0]  # 1 us inside it
+    names = {row[0] for row in v.ops}
+    assert big_trace.names[big_trace.name_id[i]] in names and v.payload_meta["spans_in_view"] >= 1
+    payload = v.last_payload
+    cols = payload.columns()
+    refs = list(cols["ref"])
+    k = refs.index(i)
+    visible = (cols["x1"][k] - cols["x0"][k]) * 1_000.0 / payload.meta["width"]
+    assert cols["dur"][k] == pytest.approx(dur) and visible < 0.2 * dur
+    assert "of it in view" in JS.read_text()  # the hover says both figures

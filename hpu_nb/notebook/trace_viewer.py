@@ -120,9 +120,10 @@ class TraceViewer(anywidget.AnyWidget):
             self.error = f"{type(err).__name__}: {err}"
 
     def _ops_in_window(self, t0: float, t1: float) -> list[list[Any]]:
-        """Top ops by self time among the spans that start inside the window (the table beside the timeline)."""
+        """Top ops by self time among the spans in the window, as the timeline draws them: every span that overlaps
+        it, also those that started before it (zoomed inside a long span, that span is what is in view)."""
         t = self.trace
-        mask = (t.ts >= t0) & (t.ts < t1) & t.op_mask  # ts is sorted per track only: a mask, not a search
+        mask = (t.ts < t1) & (t.end > t0) & t.op_mask  # ts is sorted per track only: a mask, not a search
         if not mask.any():
             return []
         calls, total, self_t = t._aggregate(mask)

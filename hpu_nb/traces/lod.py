@@ -19,9 +19,9 @@ import numpy as np
 from hpu_nb.traces.model import Trace
 
 MAX_DEPTH = 24  # deeper nesting is not drawn (it is still in the summaries)
-MAX_ITEMS = 80_000  # hard cap on items per view: 19 bytes each -> about 1.5 MB at most
+MAX_ITEMS = 72_000  # hard cap on items per view: 23 bytes each -> about 1.7 MB at most
 MAX_NAME = 120  # characters of a name sent for drawing (details on click send the whole name)
-ITEM_BYTES = 19  # x0 f4, x1 f4, name i4, ref i4, row u2, flags u1
+ITEM_BYTES = 23  # x0 f4, x1 f4, dur f4 (the whole span's ns, not only the part in view), name i4, ref i4, row u2, u1
 
 FLAG_MERGED = 1  # a block of several sub-pixel spans; `ref` holds how many, `name` its longest span's name
 FLAG_MATCH = 2  # the span (or one in the block) matches the search
@@ -64,6 +64,7 @@ class ViewPayload:
         for key, dtype in (
             ("x0", "<f4"),
             ("x1", "<f4"),
+            ("dur", "<f4"),
             ("name", "<i4"),
             ("ref", "<i4"),
             ("row", "<u2"),
@@ -141,7 +142,7 @@ class TimelineIndex:
             wide = (x1 - x0) >= min_px
             match = np.isin(tr.name_id[sel], match_ids) if match_ids is not None and len(match_ids) else None
             w = np.flatnonzero(wide)
-            items_x0, items_x1 = [x0[w]], [x1[w]]
+            items_x0, items_x1, items_dur = [x0[w]], [x1[w]], [tr.dur[sel[w]]]
             items_name, items_ref = [tr.name_id[sel[w]].astype(np.int32)], [sel[w].astype(np.int32)]
             items_flags = [
                 np.where(match[w], FLAG_MATCH, 0).astype(np.uint8) if match is not None else np.zeros(len(w), np.uint8)
@@ -160,6 +161,7 @@ class TimelineIndex:
                 single = count == 1
                 items_x0.append(bx0)
                 items_x1.append(bx1)
+                items_dur.append(tr.dur[longest])
                 items_name.append(tr.name_id[longest].astype(np.int32))
                 # a block of one span is that span: its index lets a click show its details
                 items_ref.append(np.where(single, longest, count).astype(np.int32))
@@ -172,6 +174,7 @@ class TimelineIndex:
                 (
                     np.concatenate(items_x0).astype(np.float32),
                     np.concatenate(items_x1).astype(np.float32),
+                    np.concatenate(items_dur).astype(np.float32),
                     np.concatenate(items_name),
                     np.concatenate(items_ref),
                     np.full(sum(len(x) for x in items_x0), r, np.uint16),
@@ -183,12 +186,12 @@ class TimelineIndex:
     def _pack(self, parts, t0, t1, width, resolution) -> ViewPayload:
         cols = [
             np.concatenate([p[k] for p in parts]) if parts else np.empty(0, dt)
-            for k, dt in enumerate((np.float32, np.float32, np.int32, np.int32, np.uint16, np.uint8))
+            for k, dt in enumerate((np.float32, np.float32, np.float32, np.int32, np.int32, np.uint16, np.uint8))
         ]
-        x0, name, ref, flags = cols[0], cols[2], cols[3], cols[5]
+        x0, name, ref, flags = cols[0], cols[3], cols[4], cols[6]
         ids = np.unique(name[name >= 0])
         names = {int(i): _clip(self.trace.names[int(i)]) for i in ids}
-        data = b"".join(c.astype(dt).tobytes() for c, dt in zip(cols, ("<f4", "<f4", "<i4", "<i4", "<u2", "u1")))
+        data = b"".join(c.astype(dt).tobytes() for c, dt in zip(cols, ("<f4", "<f4", "<f4", "<i4", "<i4", "<u2", "u1")))
         meta = {
             "n": len(x0),
             "t0": t0,

@@ -41,17 +41,18 @@ function unpack(model) {
     const buf = dv.buffer ? dv.buffer : dv;
     bytes = new Uint8Array(buf, dv.byteOffset || 0, dv.byteLength).slice(); // copy: aligned for typed arrays
   }
-  if (bytes.byteLength < n * 19) return { n: 0, meta };
+  if (bytes.byteLength < n * 23) return { n: 0, meta };
   const b = bytes.buffer;
   return {
     n,
     meta,
     x0: new Float32Array(b, 0, n),
     x1: new Float32Array(b, 4 * n, n),
-    name: new Int32Array(b, 8 * n, n),
-    ref: new Int32Array(b, 12 * n, n),
-    row: new Uint16Array(b, 16 * n, n),
-    flags: new Uint8Array(b, 18 * n, n),
+    dur: new Float32Array(b, 8 * n, n), // the whole span's ns: x0..x1 is only the part in view
+    name: new Int32Array(b, 12 * n, n),
+    ref: new Int32Array(b, 16 * n, n),
+    row: new Uint16Array(b, 20 * n, n),
+    flags: new Uint8Array(b, 22 * n, n),
   };
 }
 
@@ -287,9 +288,11 @@ function render({ model, el: root }) {
       const d = data;
       const names = d.meta.names || {};
       const nm = d.name[h.i] >= 0 ? names[d.name[h.i]] || "" : "";
-      const span = ((d.x1[h.i] - d.x0[h.i]) * (d.meta.t1 - d.meta.t0)) / d.meta.width;
-      text = d.flags[h.i] & 1 ? `${d.ref[h.i]} spans merged (longest: ${nm}); click to zoom in`
-        : `${nm}: ${fmtNs(span)} in view; click for details`;
+      const visible = ((d.x1[h.i] - d.x0[h.i]) * (d.meta.t1 - d.meta.t0)) / d.meta.width;
+      const whole = d.dur[h.i];
+      const part = whole > visible * 1.001 + 1 ? ` (${fmtNs(visible)} of it in view)` : "";
+      text = d.flags[h.i] & 1 ? `${d.ref[h.i]} spans merged (longest: ${nm}, ${fmtNs(whole)}); click to zoom in`
+        : `${nm}: ${fmtNs(whole)}${part}; click for details`;
     }
     if (text === null) return hideTip();
     tip.textContent = text;
