@@ -62,7 +62,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: on a shared machine, a thread descheduled mid-op stalls the others)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     backend = get_backend()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, args.width, generator=g).to("hpu")

@@ -102,7 +102,9 @@ def scales_from_amaxes(amaxes: torch.Tensor, recipe: DelayedScaling) -> torch.Te
                          device=amaxes.device)
     amaxes = amaxes.float()
     ok = torch.isfinite(amaxes) & (amaxes > 0)
-    scales = torch.where(ok, maxes / amaxes.clamp(min=torch.finfo(torch.float32).tiny), torch.ones_like(amaxes))
+    # reciprocal then product: how `fp8_max / amax` (a Python number over a tensor) computes in scale_from_amax
+    scales = torch.where(ok, amaxes.clamp(min=torch.finfo(torch.float32).tiny).reciprocal() * maxes,
+                         torch.ones_like(amaxes))
     return scales / (2.0**recipe.margin)
 
 
