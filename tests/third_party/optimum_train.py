@@ -3,10 +3,11 @@
 Each model (Llama, GPT-2: causal LM; BERT: sequence classification) is built from its config with random weights and
 trained on random token ids (no download, no tokenizer), with `use_habana=True`, the mode from the command line
 (`lazy` / `eager`, matching PT_HPU_LAZY_MODE as optimum-habana requires), bf16 autocast, and the Gaudi options that
-call Habana's kernels: fused AdamW and fused gradient-norm clipping (GaudiConfig). Nothing here knows about hpu_nb.
-Usage: `optimum_train.py lazy llama gpt2 bert`. Prints one JSON line, per model: the logged losses, the optimizer and
-clip-norm classes the trainer used and how often each ran, the model class and device, the dtype its first linear
-layer computed in, and the mark_steps placed (counted by the emulated Gaudi in lazy mode).
+call Habana's kernels: fused AdamW and fused gradient-norm clipping (GaudiConfig). `llama_fp8` trains the Llama with
+`fp8=True` (Habana's transformer engine, through accelerate). Nothing here knows about hpu_nb.
+Usage: `optimum_train.py lazy llama gpt2 bert llama_fp8`. Prints one JSON line, per model: the logged losses, the
+optimizer and clip-norm classes the trainer used and how often each ran, the model class and device, the dtype its
+first linear layer computed in, and the mark_steps placed (counted by the emulated Gaudi in lazy mode).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def bert() -> PreTrainedModel:
 
 MODELS: dict[str, tuple[Callable[[], PreTrainedModel], Callable[[], list[dict[str, torch.Tensor]]]]] = {
     "llama": (llama, causal_lm_dataset), "gpt2": (gpt2, causal_lm_dataset), "bert": (bert, classification_dataset),
+    "llama_fp8": (llama, causal_lm_dataset),
 }
 
 
@@ -91,7 +93,7 @@ def train(name: str, mode: str) -> dict[str, Any]:
     args = GaudiTrainingArguments(
         output_dir=tempfile.mkdtemp(), use_habana=True, use_lazy_mode=mode == "lazy", bf16=True, max_grad_norm=1.0,
         per_device_train_batch_size=4, max_steps=STEPS, learning_rate=5e-3, logging_steps=1, save_strategy="no",
-        report_to=[], seed=0, dataloader_num_workers=0,
+        report_to=[], seed=0, dataloader_num_workers=0, fp8=name.endswith("_fp8"),
     )
     gaudi_config = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=True)
     build, dataset = MODELS[name]
@@ -106,7 +108,7 @@ def train(name: str, mode: str) -> dict[str, Any]:
     trainer = GaudiTrainer(model=model, args=args, gaudi_config=gaudi_config, train_dataset=dataset())
     trainer.train()
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
-    return {
+    result = {
         "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         "optimizer": qualified(optimizer),
         "clip_norm": qualified(trainer.FusedNorm),
@@ -117,6 +119,13 @@ def train(name: str, mode: str) -> dict[str, Any]:
         "model_class": qualified(model),
         "autocast_dtypes": sorted(set(computed_in)),
     }
+    if args.fp8:
+        import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+
+        result["mixed_precision"] = trainer.accelerator.mixed_precision
+        result["plain_linears"] = sum(type(m) is torch.nn.Linear for m in trainer.model.modules())
+        result["te_linears"] = sum(isinstance(m, te.Linear) for m in trainer.model.modules())
+    return result
 
 
 if __name__ == "__main__":
