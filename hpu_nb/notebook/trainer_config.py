@@ -99,7 +99,7 @@ class Statement:
     target: str  # "plugin", "model", "trainer"
     value: Any
     comments: tuple[str, ...] = ()  # lines above the statement
-    note: str = ""  # a comment at the end of the line
+    note: str = ""  # what the statement does (a comment line above it)
 
 
 Plan = list[Statement]
@@ -405,8 +405,9 @@ class TrainerConfig:
         *prepare, last = plan
         for step in prepare:
             lines += [f"# {c}" for c in step.comments]
-            note = f"  # {step.note}" if step.note else ""
-            lines.append(f"{step.target} = {_render(step.value)}{note}")
+            if step.note:  # above the statement, not after it: the lines stay short enough for the panel
+                lines.append(f"# {step.note}")
+            lines.append(f"{step.target} = {_render(step.value)}")
         if prepare:
             lines.append("")
         lines.append(f"{last.target} = {last.value.func}(")

@@ -63,8 +63,16 @@ FORM_CELLS = [
     """cfg = hpu_nb.TrainerConfigWidget(devices=1, extra=dict(max_steps=3, logger=False, enable_checkpointing=False,
                                                        enable_model_summary=False, enable_progress_bar=False))
 cfg""",
-    # 2: the code as a new cell below, for this model
-    "model = Net(width=64)\ncfg.insert_cell()",
+    # 2: the model, with the form's ZeRO-Offload snippet pasted in (checked against the code below), and the code as
+    # a new cell below
+    """from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+class OffloadNet(Net):
+    def configure_optimizers(self):
+        return DeepSpeedCPUAdam(self.parameters(), lr=0.001)
+
+model = OffloadNet(width=64)
+cfg.insert_cell()""",
 ]
 
 FIT = """trainer.fit(model, data(width=64, n=64))
@@ -232,7 +240,7 @@ def _check_form(lab) -> None:  # noqa: ANN001
     assert form.locator(".hpu-cfg-panel").get_attribute("data-errors") == "0"  # (a one-device hint may remain)
     pick("precision", "bf16-mixed")
     form.locator(".hpu-cfg-row-offload_optimizer input[type=checkbox]").check()
-    settle("DeepSpeedCPUAdam(model.parameters()")
+    settle("return DeepSpeedCPUAdam(self.parameters(), lr=0.001)")  # a snippet to paste, not a patched model
     pick("autocast", "with torch.autocast")
     settle("torch.autocast(device_type=")
     pick("precision", "fp8 inference: 1. measure")  # the reported dead end: autocast no longer matters
@@ -246,6 +254,7 @@ def _check_form(lab) -> None:  # noqa: ANN001
         """() => window.jupyterapp.shell.currentWidget.content.widgets[1].node.querySelector('.hpu-cfg-panel')
             .getAttribute('data-errors') === '0'""")
     assert "HPUDeepSpeedStrategy(zero_optimization=True, stage=2, offload_optimizer=True)" in after
+    assert "return DeepSpeedCPUAdam(self.parameters(), lr=0.001)" in after  # what cell 2 pasted into OffloadNet
     shot = lab.screenshot("config_widget", form)
     lab.publish(shot, "config_widget.png")
     form.locator("button.hpu-cfg-copy").click()

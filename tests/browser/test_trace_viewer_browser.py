@@ -45,6 +45,13 @@ ev = [{{"ph": "X", "name": {HOSTILE!r}, "cat": "cpu_op", "pid": 1, "tid": 1, "ts
 p.write_text(json.dumps({{"traceEvents": ev}}))
 %load_ext hpu_nb
 %hpu_trace {{p}}""",
+    # 3: zoom the first viewer inside its longest op
+    """import numpy as np
+t = viewer.trace
+i = int(np.argmax(np.where(t.op_mask, t.dur, 0)))
+a = float(t.ts[i]) + 0.3 * float(t.dur[i])
+viewer.view = [a, a + max(0.2 * float(t.dur[i]), 1000.0)]
+print("INSIDE" + json.dumps({"name": t.names[t.name_id[i]], "ops": [r[0] for r in viewer.ops]}))""",
 ]
 
 
@@ -123,7 +130,7 @@ def _check(lab) -> None:
     lab.page.mouse.move(box["x"] + label_w + plot_w / 2, box["y"] + 20 + 8)
     tip = widget.locator(".hpu-trace-tip")
     tip.wait_for(state="visible")
-    assert "in view" in tip.inner_text()
+    assert "click for details" in tip.inner_text() and any(u in tip.inner_text() for u in ("us", "ms", "ns"))
     widget.locator(".hpu-trace-reset").click()
     tip.wait_for(state="hidden")
     assert widget.locator(".hpu-trace-steps").input_value() == "-1" and widget.get_attribute("data-step") == "-1"
@@ -151,6 +158,18 @@ def _check(lab) -> None:
     )
     assert _state(lab)["query"] == "addmm"
     lab.screenshot("trace-viewer-step-search", widget)
+    widget.locator(".hpu-trace-search").fill("")
+
+    # zoomed inside the longest op (no span starts in the window): the table lists what is in view, and the hover
+    # gives that span's whole duration and the part in view
+    lab.run_cell(3)
+    inside = json.loads(lab.cell_text(3).split("INSIDE", 1)[1].strip())
+    lab.page.wait_for_function(
+        "(el) => el.querySelectorAll('tbody tr, tr').length > 1", arg=widget.locator(".hpu-trace-ops").element_handle()
+    )
+    assert inside["name"][:20] in widget.locator(".hpu-trace-ops").inner_text()
+    status = widget.locator(".hpu-trace-status").inner_text()
+    assert "spans in view" in status and not status.startswith("0 spans")
 
     # a hostile name is shown as text and never runs
     lab.run_cell(2, timeout=60)

@@ -1,0 +1,85 @@
+"""In a real JupyterLab + Chromium: each hpu_nb widget (the monitor's chart, the trace viewer, the precision form) is
+live while its kernel runs, with its static snapshot hidden; saved and reopened after that kernel is gone, every
+widget shows its snapshot (summary, SVG pictures, code) in place of the live view. The precision form's code is not
+cut at the panel's edge. Screenshots go to the artifacts folder (and docs/screenshots/ with
+HPU_NB_UPDATE_SCREENSHOTS=1)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.test_trace_viewer import synthetic_events
+
+CELLS = [
+    """%load_ext hpu_nb
+import warnings; warnings.filterwarnings("ignore")
+import lightning as L, hpu_nb
+from tests.models import LinearModel, regression_data
+monitor = hpu_nb.MemoryMonitor(update_interval=0.1)
+trainer = L.Trainer(accelerator="hpu", max_epochs=2, callbacks=[monitor], logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(LinearModel(64), regression_data(n=256, features=64))""",
+    "from hpu_nb.notebook.trace_viewer import TraceViewer\nTraceViewer('small.pt.trace.json')",
+    "hpu_nb.PrecisionConfigWidget(precision='fp8')",
+]
+LIVE = {0: ".hpu-tc", 1: ".hpu-trace", 2: ".hpu-cfg-panel"}
+
+CODE_FITS = """(i) => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
+  const pre = cell.querySelector('pre.hpu-cfg-code');
+  const area = cell.querySelector('.jp-OutputArea');
+  const a = pre.getBoundingClientRect(), b = area.getBoundingClientRect();
+  return {scroll: pre.scrollWidth, client: pre.clientWidth, right: a.right, areaRight: b.right};
+}"""
+
+
+def test_widgets_leave_snapshots_in_the_saved_notebook(lab, jupyter_lab) -> None:  # noqa: ANN001
+    (jupyter_lab.notebook_dir / "small.pt.trace.json").write_text(json.dumps({"traceEvents": synthetic_events(6, 12)}))
+    jupyter_lab.write_notebook("snapshots.ipynb", CELLS)
+    lab.open_notebook("snapshots.ipynb")
+    lab.hide_side_panels()
+    try:
+        for i in range(len(CELLS)):
+            lab.run_cell(i, timeout=180)
+        # live: the widget is drawn, its snapshot is in the output but hidden
+        for i, selector in LIVE.items():
+            out = lab.cell(i).locator(".jp-OutputArea")
+            out.locator(selector).first.wait_for(state="visible")
+            assert out.locator(".hpu-snapshot").count() == 1, i
+            assert not out.locator(".hpu-snapshot").is_visible(), f"cell {i}: the snapshot shows beside the widget"
+        lab.page.wait_for_function(
+            "() => document.querySelector('.hpu-tc') && document.querySelector('.hpu-tc').dataset.status === 'done'")
+        fits = lab.page.evaluate(CODE_FITS, 2)
+        assert fits["scroll"] <= fits["client"] + 1 and fits["right"] <= fits["areaRight"] + 1, fits
+        lab.screenshot("snapshots-live")
+
+        lab.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        lab.page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+        saved = json.loads((jupyter_lab.notebook_dir / "snapshots.ipynb").read_text())
+        kinds = [o["data"]["text/html"].split('data-hpu-snapshot="')[1].split('"')[0]
+                 for c in saved["cells"] for o in c.get("outputs", []) if "hpu-snapshot" in o.get("data", {}).get(
+                     "text/html", "")]
+        assert kinds == ["MemoryMonitor", "TraceViewer", "Precision configuration"], kinds
+    finally:
+        lab.save_console("snapshots-live")
+
+    # the kernel that owned the widgets is gone: reopened, each output shows its snapshot
+    jupyter_lab.shutdown_kernels()
+    lab.open_notebook("snapshots.ipynb")
+    lab.hide_side_panels()
+    try:
+        for i in LIVE:
+            snapshot = lab.cell(i).locator(".hpu-snapshot")
+            snapshot.wait_for(state="visible")
+            assert "static snapshot" in snapshot.inner_text()
+            assert lab.cell(i).locator(LIVE[i]).count() == 0  # no live view: its model died with the kernel
+        monitor = lab.cell(0).locator(".hpu-snapshot")
+        assert "Peak (MaxInUse)" in monitor.inner_text() and "(done)" in monitor.inner_text()
+        assert monitor.locator("svg polyline").count() >= 3  # InUse, MaxInUse, loss
+        trace = lab.cell(1).locator(".hpu-snapshot")
+        assert trace.locator("svg rect").count() > 10 and "aten::op" in trace.inner_text()
+        assert "convert_modules(model" in lab.cell(2).locator(".hpu-snapshot").inner_text()
+        shot = lab.screenshot("notebook_snapshot", lab.cell(0).locator(".jp-OutputArea"))
+        lab.publish(shot, "notebook_snapshot.png")
+    finally:
+        lab.save_console("snapshots-reopened")
