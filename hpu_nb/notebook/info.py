@@ -74,13 +74,13 @@ def metric_rows(info: HPUInfo) -> list[tuple[str, str]]:
     per-recipe tables shown by their size."""
     rows = []
     for name, tags in sorted(info.metrics.items()):
-        shown = [f"{tag} {len(value)} entries" if isinstance(value, dict) else f"{tag} {_metric_value(tag, value)}"
+        shown = [f"{tag} {len(value)} entries" if isinstance(value, dict) else f"{tag} {format_metric(tag, value)}"
                  for tag, value in tags.items()]
         rows.append((name, ", ".join(shown) or "none"))
     return rows
 
 
-def _metric_value(tag: str, value: Any) -> str:
+def format_metric(tag: str, value: Any) -> str:
     """A metric's value with its unit: Habana reports the *Time tags (TotalTime, AvgTime) in microseconds."""
     if tag.endswith("Time") and isinstance(value, (int, float)) and not isinstance(value, bool):
         us = float(value)
