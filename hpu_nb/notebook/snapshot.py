@@ -11,7 +11,8 @@ as plotly / bokeh leave a picture behind:
 
 While the live view is on screen its stylesheet hides the snapshot after it (`.jp-OutputArea-child:has(<live>) +
 .jp-OutputArea-child:has(.hpu-snapshot)`, in each widget's CSS), so a reader with a kernel sees one picture; without
-the kernel that stylesheet is never loaded and the snapshot shows. Front ends without `:has()` show both.
+the kernel that stylesheet is never loaded and the snapshot shows. The rule covers JupyterLab / Notebook 7 and the
+classic notebook's output areas; front ends with other markup (VS Code) or without `:has()` show both.
 """
 
 from __future__ import annotations
