@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
-
+from lightning.fabric.plugins.precision.utils import _convert_fp_tensor
 from lightning.fabric.strategies.deepspeed import _format_precision_config
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
@@ -27,7 +27,8 @@ from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from lightning_utilities import apply_to_collection
 from typing_extensions import override
 
 from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
@@ -83,15 +84,31 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
         self.device = device
         self._init_fp8(recipe, replace_layers)
         self._planned: list[tuple[weakref.ref, Any]] = []  # inference conversions waiting for DeepSpeed's wrapping
+        self.inference_engine_dtype: Optional[torch.dtype] = None  # set while deepspeed.init_inference's engine runs
 
     @property
     def engine_precision(self) -> str:
         """The precision DeepSpeed's config is written for ("bf16-mixed" for "fp8")."""
         return ENGINE_PRECISION.get(self.precision, self.precision)
 
+    def use_inference_engine(self, weights_dtype: Optional[torch.dtype]) -> None:
+        """Called by the strategy: the model runs in deepspeed.init_inference's engine, whose weights keep the engine's
+        own dtype (its `dtype` argument), not the training config's bf16 / fp16; None: back to DeepSpeed's engine."""
+        self.inference_engine_dtype = weights_dtype
+
+    @override
+    def convert_input(self, data: Any) -> Any:
+        if self.inference_engine_dtype is None:
+            return super().convert_input(data)  # DeepSpeed's engine casts the weights to the precision: so the inputs
+        if "true" in self.precision:  # inputs in the engine's weights' dtype
+            return apply_to_collection(data, function=_convert_fp_tensor, dtype=torch.Tensor,
+                                       dst_type=self.inference_engine_dtype)
+        return data  # "-mixed" / fp8: autocast does the casting, as HPUPrecisionPlugin's (and lightning-habana's)
+
     @override
     def forward_context(self) -> AbstractContextManager:
-        if self.precision == "fp8":  # as HPUPrecisionPlugin's: autocast on "hpu" in bf16, and fp8 autocast
+        mixed = self.inference_engine_dtype is not None and "true" not in self.precision
+        if self.precision == "fp8" or mixed:  # as HPUPrecisionPlugin's: autocast on "hpu" (and fp8 autocast)
             return autocast_context(self.precision, recipe=self.recipe)
         return super().forward_context()  # DeepSpeed casts the model and the inputs itself
 
@@ -174,11 +191,12 @@ def validate_zero_config(config: dict[str, Any]) -> None:
             f"{stage}."
             " Use stage=3, or offload only the optimizer (offload_optimizer=True) with stage 1 or 2."
         )
-    if zero.get("offload_optimizer") and stage == 0:
-        raise MisconfigurationException(
-            "Offloading the optimizer (offload_optimizer=True / 'offload_optimizer') needs ZeRO stage 1, 2 or 3,"
-            " but stage is 0."
+    if zero.get("offload_optimizer") and stage == 0:  # lightning-habana ignored it: so do we, saying so
+        rank_zero_warn(
+            "Offloading the optimizer (offload_optimizer=True / 'offload_optimizer') needs ZeRO stage 1, 2 or 3, but"
+            " stage is 0: the optimizer stays on the device (the offload setting is ignored)."
         )
+        zero.pop("offload_optimizer")
 
 
 class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
@@ -228,11 +246,8 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
                 f"{', zero_optimization=False' if not zero_optimization else ''}). Use stage=3, or offload only the"
                 " optimizer (offload_optimizer=True) with stage 1 or 2."
             )
-        if config is None and offload_optimizer and (not zero_optimization or stage == 0):
-            raise MisconfigurationException(
-                "offload_optimizer=True needs ZeRO stage 1, 2 or 3 with zero_optimization=True"
-                f" (got stage={stage}, zero_optimization={zero_optimization})."
-            )
+        if config is None and offload_optimizer and not zero_optimization:  # stage 0: validate_zero_config warns
+            rank_zero_warn("offload_optimizer=True is ignored: it needs ZeRO (zero_optimization=True, stage 1-3).")
         super().__init__(
             *args,
             config=config,
@@ -349,8 +364,10 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         if self.inference_kwargs or inference_only:  # DeepSpeed's inference engine (tensor parallel, kernels, dtype)
             remove_module_hooks(model)
             self.model = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
+            self._use_inference_engine(self.model.module)
             self._apply_planned_fp8_conversions()
             return
+        self._use_inference_engine(None)
         if self.zero_stage_3:
             self._refuse_fp8_inference_on_partitioned_weights()
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
@@ -366,6 +383,13 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             lr_scheduler=None, model_parameters=[], dist_init_required=False,
         )
         self._apply_planned_fp8_conversions()
+
+    def _use_inference_engine(self, module: Optional[torch.nn.Module]) -> None:
+        """Tell the precision plugin whether the inference engine runs `module`, and in which dtype its weights are."""
+        plugin = self.precision_plugin
+        if isinstance(plugin, HPUDeepSpeedPrecisionPlugin):
+            dtypes = [p.dtype for p in module.parameters() if p.is_floating_point()] if module is not None else []
+            plugin.use_inference_engine(dtypes[0] if dtypes else (torch.float32 if module is not None else None))
 
     def _deepspeed_args(self) -> Any:
         """Lightning passes the CUDA device index; an HPU (or emulated) process is named by its local rank."""
@@ -386,7 +410,21 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             self.config.pop("optimizer")
             if self._module_has_scheduler():
                 self.config.pop("scheduler", None)
+        self._use_inference_engine(None)
         super()._initialize_deepspeed_train(model)
+
+    @override
+    def _init_optimizers(self) -> tuple[Any, Any]:
+        from lightning.pytorch.core.optimizer import _MockOptimizer
+
+        optimizer, scheduler = super()._init_optimizers()
+        if isinstance(optimizer, _MockOptimizer):  # else DeepSpeed fails later with an IndexError on its param groups
+            raise MisconfigurationException(
+                "You have specified an invalid optimizer to be run with deepspeed: configure_optimizers() returned"
+                " None. DeepSpeed trains with one optimizer: return it from configure_optimizers(), or define one in"
+                " the DeepSpeed config's 'optimizer' section."
+            )
+        return optimizer, scheduler
 
     def _module_has_scheduler(self) -> bool:
         from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
