@@ -116,7 +116,8 @@ def test_the_reported_dead_end_is_gone() -> None:
     cfg.controls["autocast"].value = "context"
     cfg.controls["precision"].value = "fp8-measure"
     assert cfg.controls["autocast"].disabled and not cfg.config.errors
-    assert "plugin.convert_modules(model" in cfg.code and "torch.autocast" not in cfg.code
+    assert "model = plugin.convert_modules(\n    model,\n    inference=True,\n    quant=False," in cfg.code
+    assert "torch.autocast" not in cfg.code
     for name, control in cfg.controls.items():
         if any(i["field"] == name for i in cfg.panel.issues if i["level"] == "error"):
             assert not control.disabled, name
@@ -265,8 +266,12 @@ def test_fp8_needs_the_model_and_says_what_it_is() -> None:
     with pytest.raises(InvalidConfigError, match="converts your model"):
         TrainerConfig(precision="fp8").trainer_kwargs()
     code = TrainerConfig(precision="fp8").code
-    assert "# `model` is your LightningModule (e.g. model = MyModel())" in code
-    assert code.index("`model` is your LightningModule") < code.index("model = plugin.convert_modules(model")
+    assert "# `model`: your LightningModule, made before this code (model = MyModel())" in code
+    assert code.index("`model`: your LightningModule") < code.index("model = plugin.convert_modules(model")
+    for precision in ("fp8", "fp8-measure", "fp8-quantize"):  # the lines fit the code panel beside the form
+        code = TrainerConfig(precision=precision, fp8_data_path="/data/measurements/of/my/model").code
+        assert max(len(line) for line in code.splitlines()) <= 80, code
+        compile(code, "<generated>", "exec")
 
 
 def test_offload_code_is_a_configure_optimizers_snippet_to_paste() -> None:

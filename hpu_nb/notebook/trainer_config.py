@@ -309,7 +309,7 @@ class TrainerConfig:
                 comment, convert_kwargs = convert
                 steps.append(Statement("model", Call("plugin.convert_modules", _items(convert_kwargs),
                                                      (Ref("model"),)), note=comment, comments=(
-                    "`model` is your LightningModule (e.g. model = MyModel()), made before this code runs",)))
+                    "`model`: your LightningModule, made before this code (model = MyModel())",)))
         args: dict[str, Any] = {}
         args["accelerator"] = Call("HPUAccelerator") if self.accelerator == "HPUAccelerator()" else "hpu"
         args["devices"] = self.devices
@@ -340,10 +340,10 @@ class TrainerConfig:
             return "fp8 training: swaps nn.Linear layers for fp8 ones", {"replace_layers": True}
         path = {"fp8_data_path": self.fp8_data_path} if self._fp8_dir_given else {}
         if self.precision == "fp8-measure":
-            return ("fp8 inference step 1: measure on some data (trainer.predict), then restart and quantize",
+            return ("fp8 inference step 1: measure (trainer.predict), then restart and quantize",
                     {"inference": True, "quant": False, **path})
         if self.precision == "fp8-quantize":
-            return ("fp8 inference step 2: quantize with the measurements (in a new process)",
+            return ("fp8 inference step 2: quantize with the measurements (a new process)",
                     {"inference": True, "quant": True, **path})
         return None
 
@@ -407,7 +407,7 @@ class TrainerConfig:
             lines += [f"# {c}" for c in step.comments]
             if step.note:  # above the statement, not after it: the lines stay short enough for the panel
                 lines.append(f"# {step.note}")
-            lines.append(f"{step.target} = {_render(step.value)}")
+            lines += _statement_lines(step.target, step.value)
         if prepare:
             lines.append("")
         lines.append(f"{last.target} = {last.value.func}(")
@@ -488,6 +488,15 @@ def _names(value: Any) -> Iterable[str]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _names(item)
+
+
+def _statement_lines(target: str, value: Any, width: int = 80) -> list[str]:
+    """`target = value` on one line, or, when longer than `width`, one argument per line (as the Trainer call)."""
+    line = f"{target} = {_render(value)}"
+    if len(line) <= width or not isinstance(value, Call):
+        return [line]
+    args = [_render(a) for a in value.args] + [f"{k}={_render(v)}" for k, v in value.kwargs]
+    return [f"{target} = {value.func}("] + [f"    {a}," for a in args] + [")"]
 
 
 def _render(value: Any) -> str:
