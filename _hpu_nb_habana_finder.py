@@ -5,7 +5,8 @@ emulated package exists only once torch's autoload has imported hpu_nb. Python r
 appends one finder to the end of `sys.meta_path`, nothing more (no hpu_nb import: a program that never imports
 `habana_frameworks` pays for this small module only; benchmarks/bench_autoload.py measures it). Being last, the finder
 is asked only after the path finders found no `habana_frameworks`, so Habana's real package always wins where it is
-installed; only then does it import hpu_nb's emulated package. It also makes the emulated release visible as the
+installed; only then does it import hpu_nb's emulated package (and so for `intel_transformer_engine`, which Habana's
+transformer engine wraps and accelerate looks for by name). It also makes the emulated release visible as the
 installed distribution `habana-torch-plugin` (hpu_nb/emulator/distribution). Neither happens where a `habana_frameworks`
 package lies on sys.path at start-up, nor with HPU_NB_AUTOLOAD=0 (as for torch's autoload).
 """
@@ -14,6 +15,7 @@ import os
 import sys
 
 PACKAGE = "habana_frameworks"
+TE_PACKAGE = "intel_transformer_engine"  # what Habana's transformer engine wraps (1.19+): fp8 checks ask for it by name
 # The emulated release as an installed distribution (`pip list`, importlib.metadata): see its README.
 DISTRIBUTION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hpu_nb", "emulator", "distribution")
 
@@ -22,11 +24,11 @@ class HabanaFallbackFinder:  # a MetaPathFinder, duck-typed: importlib.abc would
     """Finds the emulated `habana_frameworks` when no installed one was found before it."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != PACKAGE:
+        if fullname not in (PACKAGE, TE_PACKAGE):
             return None
         from hpu_nb.emulator import habana  # also installs hpu_nb's own finder (torch.hpu); idempotent
 
-        return habana.emulated_spec()
+        return habana.emulated_spec(fullname)
 
 
 def habana_is_installed() -> bool:

@@ -125,3 +125,23 @@ def test_the_autoload_switch_leaves_habana_unfound(tmp_path):
     result = _python("import habana_frameworks.torch.core", tmp_path, HPU_NB_AUTOLOAD="0")
     assert result.returncode != 0
     assert "No module named 'habana_frameworks'" in result.stderr
+
+
+def test_intel_transformer_engine_is_the_emulated_transformer_engine_by_name_and_distribution(tmp_path):
+    """accelerate's fp8 check on HPU (optimum-habana's fp8=True) asks for the module and the distribution by name."""
+    result = _python(
+        """
+        import importlib.metadata, importlib.util
+        found = importlib.util.find_spec("intel_transformer_engine") is not None
+        version = importlib.metadata.version("intel-transformer-engine")
+        import intel_transformer_engine.recipe
+        import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+        print(found, version, intel_transformer_engine.Linear is te.Linear,
+              intel_transformer_engine.recipe.DelayedScaling is te.recipe.DelayedScaling)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found, version, same_linear, same_recipe = result.stdout.split()
+    assert (found, same_linear, same_recipe) == ("True", "True", "True")
+    assert release_from_version(version) == EMULATED_RELEASE and "emulated" in version

@@ -20,6 +20,9 @@ from typing import Any, Sequence
 PACKAGE = "habana_frameworks"
 ROOT = Path(__file__).with_name(PACKAGE)
 HPU_MODULE = "habana_frameworks.torch.hpu"
+# The package Habana's transformer engine is a shim over (1.19+); fp8 checks (accelerate) look for it by name.
+TE_PACKAGE = "intel_transformer_engine"
+TE_ROOT = Path(__file__).with_name(TE_PACKAGE)
 
 
 def real_habana_spec() -> Any:
@@ -29,7 +32,7 @@ def real_habana_spec() -> Any:
 
 def is_emulated_module(module: Any) -> bool:
     """Whether `module` comes from this emulated surface."""
-    return str(getattr(module, "__file__", "") or "").startswith(str(ROOT))
+    return str(getattr(module, "__file__", "") or "").startswith((str(ROOT), str(TE_ROOT)))
 
 
 class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on torch's autoload path)
@@ -42,9 +45,11 @@ class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on t
         pass
 
 
-def emulated_spec() -> Any:
-    """The module spec of the emulated top-level `habana_frameworks` (its submodules come from its __path__)."""
-    return importlib.util.spec_from_file_location(PACKAGE, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
+def emulated_spec(name: str = PACKAGE) -> Any:
+    """The module spec of an emulated top-level package, `habana_frameworks` or `intel_transformer_engine` (their
+    submodules come from their __path__)."""
+    root = {PACKAGE: ROOT, TE_PACKAGE: TE_ROOT}[name]
+    return importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
 
 
 class _EmulatedHabanaFinder:  # a MetaPathFinder, duck-typed
@@ -53,6 +58,8 @@ class _EmulatedHabanaFinder:  # a MetaPathFinder, duck-typed
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname == PACKAGE:
             return emulated_spec()
+        if fullname == TE_PACKAGE and real_habana_spec() is None:
+            return emulated_spec(TE_PACKAGE)
         if fullname == "torch.hpu" and real_habana_spec() is None:
             return importlib.machinery.ModuleSpec(fullname, _TorchHpuLoader())
         return None
