@@ -281,8 +281,10 @@ def fake_habana_dataloader() -> types.ModuleType:
     return module
 
 
-def expected_arguments(dm: HPUDataModule, dataset: Dataset) -> dict[str, Any]:
-    return {"dataset": dataset, "batch_size": dm.batch_size, "shuffle": False, "num_workers": 8, "pin_memory": True,
+def expected_arguments(dm: HPUDataModule, dataset: Dataset, ordered: bool = True) -> dict[str, Any]:
+    """ordered=False (training): no `shuffle` keyword, so Habana's media loader shuffles (it ignores samplers)."""
+    ordering = {"shuffle": False} if ordered else {}
+    return {"dataset": dataset, "batch_size": dm.batch_size, **ordering, "num_workers": 8, "pin_memory": True,
             "drop_last": dm.drop_last}
 
 
@@ -310,7 +312,7 @@ def test_on_a_gaudi_habanas_media_loader_gets_the_same_arguments(make_fake_gaudi
     train = dm.train_dataloader()
     assert isinstance(train, habana_dataloader.HabanaDataLoader)
     sampler = train.arguments.pop("sampler")
-    assert train.arguments == expected_arguments(dm, dm.train_dataset)
+    assert train.arguments == expected_arguments(dm, dm.train_dataset, ordered=False)
     assert isinstance(sampler, RandomSampler) and sampler.generator.initial_seed() == 5
 
     val = dm.val_dataloader()

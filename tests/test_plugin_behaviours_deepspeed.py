@@ -184,3 +184,111 @@ def test_no_optimizer_check_passes_a_real_optimizer_through():
     model.configure_optimizers = lambda: None
     with pytest.raises(MisconfigurationException, match="configure_optimizers\\(\\) returned None"):
         strategy._init_optimizers()
+
+
+# -- 4. HPUDataModule shuffles its training data on a Gaudi ------------------------------------------------------------
+class _StandInTransform:
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __call__(self, image):
+        return image
+
+
+@pytest.fixture
+def imagenet_folders(monkeypatch):
+    """torchvision's names HPUDataModule uses (torchvision cannot be installed beside this torch): transforms, Compose,
+    and an ImageFolder (root, transform, imgs) whose sample i is the number i."""
+    import types
+
+    from torch.utils.data import Dataset
+
+    transforms = types.ModuleType("torchvision.transforms")
+    for name in ("RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize", "Resize", "CenterCrop"):
+        setattr(transforms, name, type(name, (_StandInTransform,), {}))
+
+    class Compose(_StandInTransform):
+        def __init__(self, steps) -> None:
+            self.transforms = list(steps)
+
+    class ImageFolder(Dataset):
+        def __init__(self, root: str, transform=None) -> None:
+            self.root, self.transform = root, transform
+            self.imgs = [(f"{root}/{i}.JPEG", 0) for i in range(40)]
+
+        def __len__(self) -> int:
+            return len(self.imgs)
+
+        def __getitem__(self, index: int):
+            return torch.tensor(index), 0
+
+    transforms.Compose = Compose
+    datasets = types.ModuleType("torchvision.datasets")
+    datasets.ImageFolder = ImageFolder
+    package = types.ModuleType("torchvision")
+    package.transforms, package.datasets = transforms, datasets
+    for name, module in (("torchvision", package), ("torchvision.transforms", transforms),
+                         ("torchvision.datasets", datasets)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return package
+
+
+def _epoch(loader) -> list[int]:
+    return [int(i) for batch in loader for i in batch[0]]
+
+
+@pytest.mark.parametrize(("generation", "release", "kind"),
+                         [("GAUDI2", "1.22.0", "media"), ("GAUDI", "1.21.0", "aeon"), ("GAUDI3", "1.22.0", "torch")])
+def test_imagenet_training_data_is_shuffled_on_a_gaudi(make_fake_gaudi, imagenet_folders, generation, release, kind):
+    """The plugin handed Habana's loader shuffle=False beside a RandomSampler: its Gaudi2 media pipe ignores samplers
+    and took the keyword, so training data came in folder order every epoch. Now each epoch is a new permutation of
+    all samples, on every Gaudi's loader; validation stays in folder order."""
+    from hpu_nb import HPUDataModule
+
+    make_fake_gaudi(device_name=generation, release=release)
+    import habana_dataloader
+
+    dm = HPUDataModule(train_dir="/data/ILSVRC2012/train", val_dir="/data/ILSVRC2012/val", batch_size=8)
+    dm.setup("fit")
+    train, val = dm.train_dataloader(), dm.val_dataloader()
+    assert isinstance(train, habana_dataloader.HabanaDataLoader) and train.kind == val.kind == kind
+    first, second = _epoch(train), _epoch(train)
+    assert sorted(first) == sorted(second) == list(range(40))
+    assert first != list(range(40)) and second != first  # shuffled, and reshuffled each epoch
+    assert _epoch(val) == list(range(40))
+
+
+def test_the_fake_media_loader_ignores_the_sampler_when_shuffle_is_given(make_fake_gaudi, imagenet_folders):
+    """What the plugin's arguments did on a Gaudi2 (the fake models the bridge's ResnetDataLoader): shuffle=False with
+    a RandomSampler reads in folder order; without the keyword the RandomSampler turns the pipe's shuffling on."""
+    from torch.utils.data import RandomSampler
+
+    make_fake_gaudi(device_name="GAUDI2")
+    import habana_dataloader
+
+    folder = imagenet_folders.datasets.ImageFolder("/data/imagenet/train")
+    arguments = {"dataset": folder, "batch_size": 8, "num_workers": 8, "pin_memory": True, "drop_last": True,
+                 "sampler": RandomSampler(folder)}
+    plugin_style = habana_dataloader.HabanaDataLoader(shuffle=False, **arguments)
+    assert plugin_style.kind == "media" and plugin_style.shuffle is False
+    assert _epoch(plugin_style) == list(range(40))
+    assert habana_dataloader.HabanaDataLoader(**arguments).shuffle is True
+
+
+def test_supplied_datasets_follow_the_seeded_sampler_on_a_gaudi(make_fake_gaudi):
+    """A non-folder dataset goes to torch's DataLoader inside Habana's loader, which follows the sampler: the same
+    seeded order as on the emulated Gaudi."""
+    from torch.utils.data import TensorDataset
+
+    from hpu_nb import HPUDataModule
+
+    def order(**kwargs) -> list[int]:
+        dm = HPUDataModule(train_dataset=TensorDataset(torch.arange(20)), val_dataset=TensorDataset(torch.arange(4)),
+                           batch_size=4, seed=3, **kwargs)
+        dm.setup("fit")
+        return _epoch(dm.train_dataloader())
+
+    emulated = order()
+    make_fake_gaudi(device_name="GAUDI2")
+    on_gaudi = order()
+    assert on_gaudi == emulated and sorted(on_gaudi) == list(range(20)) and on_gaudi != list(range(20))

@@ -5,6 +5,13 @@ Modelled on lightning-habana's `HPUDataModule` (same name and constructor argume
 feeds `habana_dataloader.HabanaDataLoader`, whose rules (shuffle=False, pin_memory=True, num_workers=8, a few
 torchvision transforms, ImageNet folders) are enforced in `setup()`. Here those rules are checked on every backend, so
 a data module that sets up on the emulated Gaudi also sets up on a real one.
+
+Training data is shuffled on every backend. Habana's media loader (Gaudi2) ignores samplers, and shuffles only when
+its `shuffle` keyword is absent and the sampler is a RandomSampler or a shuffling DistributedSampler (the bridge's
+`habana_dataloader/habana_dataset.py`, `ResnetDataLoader._media_dl_handle_vars`); the plugin passed shuffle=False
+beside its sampler, so ImageNet training data was never shuffled on a Gaudi2. The training loader is therefore built
+without a `shuffle` keyword (torch's DataLoader and Habana's fall-backs follow the sampler; Habana's aeon loader, on
+first-generation Gaudi, shuffles training folders itself); evaluation loaders pass shuffle=False.
 """
 
 from __future__ import annotations
@@ -59,8 +66,9 @@ class HPUDataModule(LightningDataModule):
     """Train / validation data for a Gaudi: ImageNet-style folders (`train_dir`, `val_dir`) or datasets you supply.
 
     Habana's media loader on a Gaudi, a plain torch DataLoader with the same arguments elsewhere. Its rules are
-    checked in `setup()` on every backend, each with a ValueError that says what to change: shuffle=False (the sampler
-    orders the data), pin_memory=True, num_workers=8; and for image folders, ImageNet-named directories, drop_last=True
+    checked in `setup()` on every backend, each with a ValueError that says what to change: shuffle=False (training
+    data is shuffled all the same: by the sampler, or on a Gaudi2 by the media loader), pin_memory=True,
+    num_workers=8; and for image folders, ImageNet-named directories, drop_last=True
     and only the transforms the media loader runs (train: RandomResizedCrop, RandomHorizontalFlip, ToTensor,
     Normalize; val: Resize, CenterCrop, ToTensor, Normalize).
 
@@ -138,13 +146,14 @@ class HPUDataModule(LightningDataModule):
 
     @override
     def train_dataloader(self) -> Any:
-        """Batches in a random order seeded with `seed` (or this rank's share of it when `distributed`)."""
+        """Batches in a random order: seeded with `seed` (or this rank's share of it when `distributed`) where the
+        sampler is followed; on a Gaudi2's media loader, in the order of its own shuffling (it ignores samplers)."""
         dataset = self._ready(self.dataset_train, "train")
         if self.distributed:
             sampler: Any = DistributedSampler(dataset, shuffle=True, seed=self.seed)
         else:
             sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed))
-        return self._loader(dataset, sampler)
+        return self._loader(dataset, sampler, ordered=False)
 
     @override
     def val_dataloader(self) -> Any:
@@ -160,20 +169,19 @@ class HPUDataModule(LightningDataModule):
     def _eval_loader(self) -> Any:
         dataset = self._ready(self.dataset_val, "val")
         sampler = DistributedSampler(dataset, shuffle=False) if self.distributed else SequentialSampler(dataset)
-        return self._loader(dataset, sampler)
+        return self._loader(dataset, sampler, ordered=True)
 
-    def _loader(self, dataset: Dataset, sampler: Any) -> Any:
-        # Both loaders take these keywords; shuffle stays False because the sampler orders the data.
+    def _loader(self, dataset: Dataset, sampler: Any, *, ordered: bool) -> Any:
+        """Both loaders take these keywords. `shuffle` is given (False) only for data read in order: Habana's media
+        loader ignores the sampler and shuffles when the keyword is absent and the sampler shuffles."""
         assert self.loader_class is not None
-        return self.loader_class(
-            dataset=dataset,
-            batch_size=self.batch_size,
-            shuffle=self.shuffle,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            drop_last=self.drop_last,
-            sampler=sampler,
-        )
+        arguments: dict[str, Any] = {
+            "dataset": dataset, "batch_size": self.batch_size, "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory, "drop_last": self.drop_last, "sampler": sampler,
+        }
+        if ordered:
+            arguments["shuffle"] = False
+        return self.loader_class(**arguments)
 
     def _ready(self, dataset: Dataset | None, split: str) -> Dataset:
         if dataset is None or self.loader_class is None:
@@ -186,8 +194,8 @@ class HPUDataModule(LightningDataModule):
         if self.shuffle:
             raise ValueError(
                 "HPUDataModule(shuffle=True): Habana's media loader does not support shuffle=True. Pass shuffle=False;"
-                " training data is still shuffled, by a RandomSampler seeded with `seed` (a DistributedSampler when"
-                " distributed=True)."
+                " training data is still shuffled: by a RandomSampler seeded with `seed` (a DistributedSampler when"
+                " distributed=True), or on a Gaudi2 by Habana's media loader itself."
             )
         if not self.pin_memory:
             raise ValueError(

@@ -30,7 +30,7 @@ _ENV_KEYS = ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MO
              "LOWER_LIST", "FP32_LIST")
 _MISSING = object()
 CONFIG_ENV = "HPU_NB_FAKE_HABANA_CONFIG"  # read by habana_frameworks/_fake.py in a child process
-_FAKE_PACKAGES = ("habana_frameworks", "intel_transformer_engine")
+_FAKE_PACKAGES = ("habana_frameworks", "intel_transformer_engine", "habana_dataloader")
 
 __all__ = ["FakeHabana", "install_fake_habana", "block_habana", "SITE", "PYHLML_SITE"]
 
