@@ -278,6 +278,7 @@ def test_offload_code_is_a_configure_optimizers_snippet_to_paste() -> None:
     """ZeRO-Offload: the optimizer returned from configure_optimizers, as a Lightning user writes it (no lambda)."""
     offload = TrainerConfig(strategy="deepspeed", deepspeed_stage=2, offload_optimizer=True, offload_lr=0.01)
     assert not offload.needs_model and "lambda" not in offload.code and "model." not in offload.code
+    assert max(len(line) for line in offload.offload_snippet()) <= 80
     kwargs = offload.trainer_kwargs()  # no model needed: the Trainer is the same whatever the module
     assert kwargs["strategy"].config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     lines = [line[1:] for line in offload.code.splitlines() if line.startswith("#     ") or line == "#"]

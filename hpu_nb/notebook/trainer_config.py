@@ -438,8 +438,9 @@ class TrainerConfig:
         """ZeRO-Offload: the configure_optimizers to paste into the LightningModule (commented code lines)."""
         if not self.offloads:
             return []
-        return ["# ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own optimizer (it refuses a torch",
-                "# one): return it from your LightningModule's configure_optimizers, with the learning rate you want:",
+        return ["# ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own optimizer",
+                "# (it refuses a torch one): return it from your LightningModule's",
+                "# configure_optimizers, with the learning rate you want:",
                 "#", "#     from deepspeed.ops.adam import DeepSpeedCPUAdam", "#",
                 "#     class MyModel(L.LightningModule):", "#         def configure_optimizers(self):",
                 f"#             return DeepSpeedCPUAdam(self.parameters(), lr={self.offload_lr:g})"]
