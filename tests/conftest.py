@@ -53,3 +53,12 @@ def _restore_default_autocast_lists() -> None:
 # The fake habana_frameworks (a Gaudi we don't have) and a fake hl-smi, for the Gaudi-path tests.
 from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, no_gaudi  # noqa: E402, F401
 
+
+@pytest.hookimpl(trylast=True)  # after tests/browser/conftest.py marked its tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) a module's tests stay together on one worker, in
+    their order (module fixtures, processes a module starts), and the browser tests share one worker: one JupyterLab
+    server and one Chromium at a time. Two modules run at once only in different processes."""
+    for item in items:
+        group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
