@@ -66,13 +66,17 @@ class TrainerConfigWidget(w.VBox):
         self._updating = False
         self._displays = SnapshotDisplays()
         self.controls = self._make_controls()
-        self.panel = CodePanel()
+        # inline flex sizing (ipywidgets' box rules would otherwise keep the panel at its content's width, and a long
+        # code line would push it past the output's edge): beside the form when there is room, else below it
+        self.panel = CodePanel(layout=w.Layout(flex="1 1 380px", min_width="380px", max_width="760px",
+                                               overflow="hidden"))
         backend = get_backend()
         kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
         self.panel.backend_label = f"{kind}: {backend.device_count()} x {backend.device_name()}"
         title = w.HTML(f"<b>{html.escape(self._title())}</b> — {html.escape(self.panel.backend_label)}")
         form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="560px"))
-        body = w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start", flex_flow="row wrap"))
+        body = w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start", flex_flow="row wrap",
+                                                          width="100%"))
         super().__init__([title, body])
         self.add_class("hpu-cfg")
         for name, control in self.controls.items():

@@ -255,6 +255,16 @@ def _check_form(lab) -> None:  # noqa: ANN001
             .getAttribute('data-errors') === '0'""")
     assert "HPUDeepSpeedStrategy(zero_optimization=True, stage=2, offload_optimizer=True)" in after
     assert "return DeepSpeedCPUAdam(self.parameters(), lr=0.001)" in after  # what cell 2 pasted into OffloadNet
+    box = lab.page.evaluate("""() => {
+        const node = window.jupyterapp.shell.currentWidget.content.widgets[1].node;
+        const pre = node.querySelector('pre.hpu-cfg-code').getBoundingClientRect();
+        const area = node.querySelector('.jp-OutputArea').getBoundingClientRect();
+        const panel = node.querySelector('.hpu-cfg-panel').getBoundingClientRect();
+        const el = node.querySelector('pre.hpu-cfg-code');
+        return {right: pre.right, areaRight: area.right, panelRight: panel.right, panelLeft: panel.left,
+                scroll: el.scrollWidth, client: el.clientWidth, vw: window.innerWidth}; }""")
+    # the code box ends inside the output; a longer line scrolls in it
+    assert box["right"] <= box["areaRight"] + 1 and box["panelLeft"] < box["right"], box
     shot = lab.screenshot("config_widget", form)
     lab.publish(shot, "config_widget.png")
     form.locator("button.hpu-cfg-copy").click()
