@@ -13,6 +13,7 @@ from hpu_nb.emulator.fp8.numerics import (
     MANTISSA_BITS,
     fp8_grid_mm,
     fp8_max,
+    inverse_scale,
     quantize,
     quantize_to_grid,
     relative_error,
@@ -70,6 +71,8 @@ def test_grid_rounding_is_bitwise_the_float8_cast(dtype) -> None:  # noqa: ANN00
     amax = finite.abs().max()
     scale = scale_from_amax(amax, dtype)  # in range: the clamp may be skipped, nothing changes
     assert torch.equal(quantize_to_grid(finite, scale, dtype, x_amax=amax), quantize(finite, scale, dtype).float())
+    scratch = torch.empty_like(finite)  # a reused work space changes nothing
+    assert torch.equal(quantize_to_grid(finite, scale, dtype, scratch=scratch), quantize(finite, scale, dtype).float())
     with pytest.raises(TypeError, match="float32"):
         round_to_fp8_grid(torch.ones(2, dtype=torch.bfloat16), dtype)
 
@@ -83,7 +86,7 @@ def test_grid_matmul_is_scaled_mm_bitwise_when_float32_sums_are_exact() -> None:
     sa, sb = torch.tensor(4.0), torch.tensor(0.5)
     qa, qb = quantize(a, sa, torch.float8_e4m3fn), quantize(b, sb, torch.float8_e5m2)
     reference = scaled_mm(qa, qb, sa, sb, torch.float32)
-    fast = fp8_grid_mm(qa.float(), qb.float(), sa, sb)
+    fast = fp8_grid_mm(qa.float(), qb.float(), inverse_scale(sa, sb))
     assert torch.equal(fast, reference) and torch.equal(fast, a @ b)
 
 
@@ -97,12 +100,14 @@ def test_grid_matmul_is_scaled_mm_within_float32_summation_error(k: int) -> None
     sx, sw = scale_from_amax(x.abs().max(), FP8[0]), scale_from_amax(w.abs().max(), FP8[0])
     qx, qw = quantize(x, sx, FP8[0]), quantize(w, sw, FP8[0])
     reference = scaled_mm(qx, qw.t(), sx, sw, torch.float32)
-    fast = fp8_grid_mm(quantize_to_grid(x, sx, FP8[0]), quantize_to_grid(w, sw, FP8[0]).t(), sx, sw)
+    fast = fp8_grid_mm(quantize_to_grid(x, sx, FP8[0]), quantize_to_grid(w, sw, FP8[0]).t(), inverse_scale(sx, sw))
     magnitude = (qx.float().abs() @ qw.float().abs().t()) / (sx * sw)
     gamma = k * U / (1 - k * U)
     bound = 2 * gamma * magnitude + 4 * U * reference.abs()
     assert torch.all((fast - reference).abs() <= bound)
     assert not torch.equal(fast, x @ w.t())  # it really is the fp8 product, not the float32 one
+    one = torch.tensor(1.0)
+    assert inverse_scale(sx, sw) == ((one / sx) * (one / sw)).item()  # the float32 factor _scaled_mm is given
 
 
 def _reference_fp8_linear(x, weight, bias, sx, sw):  # noqa: ANN001, ANN202

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional
+import struct
+from typing import Optional, Union
 
 import torch
 
@@ -66,7 +67,9 @@ MIN_NORMAL_EXPONENT = {torch.float8_e4m3fn: -6, torch.float8_e5m2: -14}
 _FLOAT32_EXPONENT_BITS = 0x7F800000
 
 
-def round_to_fp8_grid(scaled: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> torch.Tensor:
+def round_to_fp8_grid(
+    scaled: torch.Tensor, dtype: torch.dtype, saturate: bool = True, scratch: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Round a float32 tensor (already multiplied by its scale) to the nearest `dtype` value, in place and returned.
 
     Saturates to the format's range first, as `quantize` does (`saturate=False` when the caller knows no value is
@@ -81,32 +84,59 @@ def round_to_fp8_grid(scaled: torch.Tensor, dtype: torch.dtype, saturate: bool =
     if saturate:
         limit = fp8_max(dtype)
         scaled.clamp_(-limit, limit)
-    power = (scaled.view(torch.int32) & _FLOAT32_EXPONENT_BITS).view(torch.float32)  # 2**e, sign dropped
+    if scratch is not None and scratch.shape == scaled.shape and scratch.dtype == torch.float32:
+        torch.bitwise_and(scaled.view(torch.int32), _FLOAT32_EXPONENT_BITS, out=scratch.view(torch.int32))
+        power = scratch
+    else:
+        power = (scaled.view(torch.int32) & _FLOAT32_EXPONENT_BITS).view(torch.float32)  # 2**e, sign dropped
     power.clamp_(min=2.0 ** MIN_NORMAL_EXPONENT[dtype])
     factor = 1.5 * 2.0 ** (23 - MANTISSA_BITS[dtype])
     return scaled.add_(power, alpha=factor).sub_(power, alpha=factor)
 
 
 def quantize_to_grid(
-    x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, x_amax: Optional[torch.Tensor] = None
+    x: torch.Tensor, scale: Union[float, torch.Tensor], dtype: torch.dtype,
+    x_amax: Union[float, torch.Tensor, None] = None, scratch: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """`quantize(x, scale, dtype).float()`, computed without fp8 casts: x * scale on the fp8 grid, as float32.
 
-    With `x_amax` (max |x|, already known), the saturating clamp is skipped when amax * scale is in range: float
-    rounding is monotonic, so no element of x * scale exceeds it and the clamp would change nothing."""
-    scaled = x.float() * scale.float()  # .float() of a float32 tensor is the tensor itself
-    saturate = x_amax is None or not bool(x_amax.float() * scale.float() <= fp8_max(dtype))
-    return round_to_fp8_grid(scaled, dtype, saturate=saturate)
+    With `x_amax` (max |x|, already known) the saturating clamp is skipped when amax * scale is in range: rounding is
+    monotonic, so no element of x * scale exceeds it and the clamp would change nothing. `scratch`: a float32 tensor
+    of x's shape to reuse for the rounding's work; `out`: one to hold the result (each saves allocating, and so
+    faulting in, the pages of a large tensor)."""
+    scale = float(scale)  # a float32 value, exactly; x * scale still multiplies in float32
+    if out is not None and out.shape == x.shape and out.dtype == torch.float32:
+        if x.dtype == torch.float32:
+            scaled = torch.mul(x, scale, out=out)
+        else:  # x.float() * scale: the conversion to float32 is exact, the product rounds once, in float32
+            scaled = out.copy_(x).mul_(scale)
+    else:
+        scaled = x.float() * scale
+    saturate = x_amax is None or not float(x_amax) * scale <= fp8_max(dtype)  # exact product: a safe test
+    return round_to_fp8_grid(scaled, dtype, saturate=saturate, scratch=scratch)
+
+
+def to_float32(value: float) -> float:
+    """`value` rounded to the nearest float32 (as a Python float)."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def inverse_scale(a_scale: Union[float, torch.Tensor], b_scale: Union[float, torch.Tensor]) -> float:
+    """(1 / a_scale) * (1 / b_scale) in float32 arithmetic, as `scaled_mm` forms the factor torch._scaled_mm applies.
+    Each operation is done in double and rounded to float32: for float32 operands that double rounding is exact
+    (53 >= 2 * 24 + 2), so this is the float32 result."""
+    inv_a, inv_b = to_float32(1.0 / float(a_scale)), to_float32(1.0 / float(b_scale))
+    return to_float32(inv_a * inv_b)
 
 
 def fp8_grid_mm(
-    a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
+    a: torch.Tensor, b: torch.Tensor, inverse: float, bias: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
-    """(a / a_scale) @ (b / b_scale) (+ bias) in float32 for fp8-valued float32 `a` (m, k), `b` (k, n): the product
-    torch._scaled_mm computes, by a float32 matmul (products of fp8 values are exact in float32) whose result is
-    multiplied by the inverse scales (BLAS's alpha), as _scaled_mm applies them after accumulating."""
-    inverse = float((1.0 / a_scale.float()) * (1.0 / b_scale.float()))  # as scaled_mm passes them
+    """(a @ b) * inverse (+ bias) in float32 for fp8-valued float32 `a` (m, k), `b` (k, n) and inverse =
+    inverse_scale(a_scale, b_scale): the product torch._scaled_mm computes, by a float32 matmul (products of fp8
+    values are exact in float32) whose result is multiplied by the inverse scales (BLAS's alpha), as _scaled_mm
+    applies them after accumulating."""
     if bias is None:
         return torch.addmm(_ZERO.get(a.device), a, b, beta=0, alpha=inverse)
     return torch.addmm(bias.float(), a, b, alpha=inverse)
@@ -128,12 +158,33 @@ class _Zeros:
 _ZERO = _Zeros()
 
 
-def fast_amax(x: torch.Tensor) -> torch.Tensor:
-    """max |x| as a float32 scalar, in one pass over x (aminmax); 0 for an empty tensor."""
+def amax_value(x: torch.Tensor) -> float:
+    """max |x| as a Python float (exactly the float32 / bfloat16 value), in one pass over x (aminmax); 0.0 for an
+    empty tensor, NaN when x holds a NaN."""
     if x.numel() == 0:
-        return torch.zeros((), dtype=torch.float32, device=x.device)
+        return 0.0
     low, high = torch.aminmax(x.detach())
-    return torch.maximum(high, -low).float()
+    low_value, high_value = low.item(), high.item()
+    return max(-low_value, high_value) if low_value == low_value and high_value == high_value else math.nan
+
+
+def max_with_nan(values: list[float]) -> float:
+    """max(values), NaN when one is NaN (as torch's amax), 0.0 for none."""
+    if any(v != v for v in values):
+        return math.nan
+    return max(values, default=0.0)
+
+
+def scale_value(amax_of_tensor: float, dtype: torch.dtype, margin: int = 0) -> float:
+    """`scale_from_amax(torch.tensor(amax), dtype, margin)` as a Python float, computed in the same float32 steps
+    (reciprocal of the clamped amax, times fp8_max, over 2**margin; float32 rounding of double results is exact for
+    these operations on float32 values)."""
+    if math.isfinite(amax_of_tensor) and amax_of_tensor > 0:
+        clamped = max(to_float32(amax_of_tensor), torch.finfo(torch.float32).tiny)
+        scale = to_float32(to_float32(1.0 / clamped) * fp8_max(dtype))
+    else:
+        scale = 1.0
+    return to_float32(scale / 2.0**margin)
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

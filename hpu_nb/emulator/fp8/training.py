@@ -17,7 +17,14 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from hpu_nb.emulator.fp8.numerics import fast_amax, fp8_grid_mm, fp8_max, quantize_to_grid
+from hpu_nb.emulator.fp8.numerics import (
+    amax_value,
+    fp8_grid_mm,
+    inverse_scale,
+    max_with_nan,
+    quantize_to_grid,
+    scale_value,
+)
 from hpu_nb.runtime.fp8.recipe import DelayedScaling, as_recipe
 
 OUT_DTYPE = torch.bfloat16
@@ -94,22 +101,17 @@ def emulated_fp8_autocast(enabled: bool = True, recipe: Any = None) -> Iterator[
         yield
 
 
-def scales_from_amaxes(amaxes: torch.Tensor, recipe: DelayedScaling) -> torch.Tensor:
-    """The scales of (input, weight, gradient) from their amaxes: fp8_max / amax / 2**margin, 1 where the amax is 0 or
-    not finite (numerics.scale_from_amax for the three at once)."""
+def scales_from_amaxes(amaxes: list[float], recipe: DelayedScaling) -> list[float]:
+    """The scales of (input, weight, gradient) from their amaxes: numerics.scale_from_amax for each, in its format."""
     fmt = recipe.fp8_format
-    maxes = torch.tensor([fp8_max(fmt.forward_dtype), fp8_max(fmt.forward_dtype), fp8_max(fmt.backward_dtype)],
-                         device=amaxes.device)
-    amaxes = amaxes.float()
-    ok = torch.isfinite(amaxes) & (amaxes > 0)
-    # reciprocal then product: how `fp8_max / amax` (a Python number over a tensor) computes in scale_from_amax
-    scales = torch.where(ok, amaxes.clamp(min=torch.finfo(torch.float32).tiny).reciprocal() * maxes,
-                         torch.ones_like(amaxes))
-    return scales / (2.0**recipe.margin)
+    dtypes = (fmt.forward_dtype, fmt.forward_dtype, fmt.backward_dtype)
+    return [scale_value(a, d, recipe.margin) for a, d in zip(amaxes, dtypes)]
 
 
 class _Fp8Matmul(torch.autograd.Function):
-    """y = x W^T + b with fp8 operands; the backward pass quantises the gradient too (it is where E5M2 is used)."""
+    """y = x W^T + b with fp8 operands; the backward pass quantises the gradient too (it is where E5M2 is used).
+
+    Scales are read once as float32 values; the inverse-scale factors are formed as torch._scaled_mm's are."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -118,38 +120,48 @@ class _Fp8Matmul(torch.autograd.Function):
     ) -> torch.Tensor:
         fwd = recipe.fp8_format.forward_dtype
         x2 = x.reshape(-1, x.shape[-1])
-        sx, sw = layer.scale[INPUT].clone(), layer.scale[WEIGHT].clone()
+        sx, sw, _ = layer.scale.tolist()
         x_amax = w_amax = None
         if layer.training:
-            x_amax, w_amax = fast_amax(x2), fast_amax(weight)
+            x_amax, w_amax = amax_value(x2), amax_value(weight)
             layer._record(INPUT, x_amax)
             layer._record(WEIGHT, w_amax)
         with torch.autocast(x.device.type, enabled=False):  # the plugin's autocast must not lower these matmuls
-            xq, wq = quantize_to_grid(x2, sx, fwd, x_amax), quantize_to_grid(weight, sw, fwd, w_amax)
-            out = fp8_grid_mm(xq, wq.t(), sx, sw, bias)
-        ctx.save_for_backward(xq, wq, sx, sw)
-        ctx.layer, ctx.recipe, ctx.has_bias = layer, recipe, bias is not None
+            xq = quantize_to_grid(x2, sx, fwd, x_amax, scratch=layer._scratch_for("x", x2),
+                                  out=layer._take_buffer("x", x2))
+            wq = quantize_to_grid(weight, sw, fwd, w_amax, scratch=layer._scratch_for("w", weight),
+                                  out=layer._take_buffer("w", weight))
+            out = fp8_grid_mm(xq, wq.t(), inverse_scale(sx, sw), bias)
+        if any(ctx.needs_input_grad):
+            ctx.save_for_backward(xq, wq)
+        else:  # no backward will come for them
+            layer._give_back("x", xq)
+            layer._give_back("w", wq)
+        ctx.layer, ctx.recipe, ctx.sx, ctx.sw, ctx.has_bias = layer, recipe, sx, sw, bias is not None
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
         ctx.b_dtype = bias.dtype if bias is not None else None
         return out.to(OUT_DTYPE).reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:  # type: ignore[override]
-        xq, wq, sx, sw = ctx.saved_tensors
+        xq, wq = ctx.saved_tensors
         layer: Fp8Linear = ctx.layer
         g2 = grad_out.reshape(-1, grad_out.shape[-1])
-        sg = layer.scale[GRAD].clone()
-        g_amax = fast_amax(g2)
+        sg = float(layer.scale[GRAD])
+        g_amax = amax_value(g2)
         layer._record(GRAD, g_amax)
         grad_x = grad_w = grad_b = None
         with torch.autocast(grad_out.device.type, enabled=False):
-            gq = quantize_to_grid(g2, sg, ctx.recipe.fp8_format.backward_dtype, g_amax)
+            gq = quantize_to_grid(g2, sg, ctx.recipe.fp8_format.backward_dtype, g_amax,
+                                  scratch=layer._scratch_for("g", g2), out=layer._scratch_for("gq", g2))
             if ctx.needs_input_grad[0]:
-                grad_x = fp8_grid_mm(gq, wq, sg, sw).to(ctx.x_dtype).reshape(ctx.x_shape)
+                grad_x = fp8_grid_mm(gq, wq, inverse_scale(sg, ctx.sw)).to(ctx.x_dtype).reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
-                grad_w = fp8_grid_mm(gq.t(), xq, sg, sx).to(ctx.w_dtype)
+                grad_w = fp8_grid_mm(gq.t(), xq, inverse_scale(sg, ctx.sx)).to(ctx.w_dtype)
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_b = g2.float().sum(0).to(ctx.b_dtype)
+        layer._give_back("x", xq)
+        layer._give_back("w", wq)
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -178,16 +190,41 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("amax_history", torch.zeros(history, 3, device=device))
         self.register_buffer("scale", torch.ones(3, device=device))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long, device=device))
-        self._pending = torch.zeros(3, device=device)  # this step's amaxes, folded into the history on the next one
+        self._pending: list[list[float]] = [[], [], []]  # this step's amaxes, folded in on the next step
+        # Reused float32 tensors (allocating large ones anew each step costs faulting in their pages): work space by
+        # role, and, by role, fp8-valued operands whose backward is done.
+        self._scratch: dict[str, torch.Tensor] = {}
+        self._buffers_free: dict[str, list[torch.Tensor]] = {}
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> "Fp8Linear":
         return cls(linear, recipe)
 
-    def _record(self, which: int, value: torch.Tensor) -> None:
-        if self._pending.device != value.device:
-            self._pending = self._pending.to(value.device)
-        self._pending[which] = torch.maximum(self._pending[which], value)
+    def _record(self, which: int, value: float) -> None:
+        self._pending[which].append(value)
+
+    def _scratch_for(self, role: str, like: torch.Tensor) -> torch.Tensor:
+        """A float32 work tensor shaped like `like`, kept between steps (it never leaves this layer's computation)."""
+        scratch = self._scratch.get(role)
+        if scratch is None or scratch.shape != like.shape or scratch.device != like.device:
+            scratch = self._scratch[role] = torch.empty(like.shape, dtype=torch.float32, device=like.device)
+        return scratch
+
+    def _take_buffer(self, role: str, like: torch.Tensor) -> Optional[torch.Tensor]:
+        """A float32 tensor shaped like `like` whose last backward is done (None: allocate one). Were a retained
+        graph's backward run again after this reuse, autograd would refuse it (a saved tensor changed), never compute
+        with the new values."""
+        free = self._buffers_free.get(role, [])
+        while free:
+            buffer = free.pop()
+            if buffer.shape == like.shape and buffer.device == like.device:
+                return buffer
+        return None
+
+    def _give_back(self, role: str, buffer: torch.Tensor) -> None:
+        free = self._buffers_free.setdefault(role, [])
+        if len(free) < 2:
+            free.append(buffer)
 
     def _fit_history(self, length: int) -> None:
         """Keep `length` rows of amax history (the region's recipe may ask for another length than the layer has)."""
@@ -201,23 +238,28 @@ class Fp8Linear(torch.nn.Module):
 
     def _roll_history(self, recipe: DelayedScaling) -> None:
         """Delayed scaling: fold the last step's amaxes into the history, and every `interval` steps rescale."""
-        if not bool(self._pending.any()):
+        if not any(self._pending):
             return
         self._fit_history(recipe.amax_history_len)
         history = self.amax_history
-        history.copy_(torch.cat((self._pending.to(history.device)[None], history[:-1])))  # row 0: the newest
-        self._pending = torch.zeros_like(self._pending)
+        newest = [max_with_nan(values) for values in self._pending]
+        self._pending = [[], [], []]
+        row = torch.tensor([newest], dtype=history.dtype).to(history.device)
+        history.copy_(torch.cat((row, history[:-1])))  # row 0: the newest
         self.steps += 1
-        if int(self.steps) % recipe.interval == 0:
-            current = history.amax(dim=0) if recipe.amax_compute_algo == "max" else history[0]
-            self.scale.copy_(torch.where(current > 0, scales_from_amaxes(current, recipe), self.scale))
+        if recipe.interval == 1 or int(self.steps) % recipe.interval == 0:
+            current = history.amax(dim=0).tolist() if recipe.amax_compute_algo == "max" else newest
+            old = self.scale.tolist()
+            new = [s if a > 0 else o for s, a, o in zip(scales_from_amaxes(current, recipe), current, old)]
+            if new != old:
+                self.scale.copy_(torch.tensor(new, dtype=self.scale.dtype))
 
     def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         if not Fp8State.enabled:
             if Fp8State.calibrating and self.training:  # te's calibration: statistics from a higher-precision run
                 self._roll_history(self.recipe or Fp8State.hpu_nb_recipe())
-                self._record(INPUT, fast_amax(x))
-                self._record(WEIGHT, fast_amax(weight))
+                self._record(INPUT, amax_value(x))
+                self._record(WEIGHT, amax_value(weight))
             return F.linear(x, weight, bias)
         recipe = self.recipe or Fp8State.hpu_nb_recipe()
         if self.training:
