@@ -2,7 +2,12 @@
 
 Each rank writes <out>/rank<N>.json (what it saw). Usage:
   python fabric_fit.py --out DIR [--devices 2] [--strategy auto|hpu_ddp|hpu_fsdp|single_hpu] [--precision P]
-                       [--package lightning|standalone] [--steps 6]
+                       [--package lightning|standalone] [--steps 6] [--start-method fork]
+                       [--stuck-rank R --stuck-step S] [--crash-rank R --crash-step S]
+With --start-method fork the training runs in `fabric.launch(function)`, as from a notebook; otherwise the script
+calls `fabric.launch()` and trains after it (Lightning's script launcher). Each rank writes <out>/rank<N>.pid when it
+starts training (the process the user started: <out>/launcher.pid); a stuck rank writes <out>/stuck<R>.pid, then
+before its backward sleeps ten minutes, stops or is killed (--stuck-how); a crashing rank raises there.
 """
 
 from __future__ import annotations
@@ -14,6 +19,11 @@ import sys
 from pathlib import Path
 
 import torch
+
+if __package__:  # imported by the tests (tests.dist_scripts.fit)
+    from .stuck_rank import HOW, get_stuck
+else:  # run as a script, from this folder
+    from stuck_rank import HOW, get_stuck
 
 FEATURES = 16
 
@@ -28,6 +38,8 @@ def make_fabric(args: argparse.Namespace):
 
         import hpu_nb.fabric as hpu_fabric
     strategy = args.strategy
+    if args.start_method is not None:
+        strategy = hpu_fabric.HPUDDPStrategy(start_method=args.start_method)
     if strategy == "hpu_fsdp":
         from torch.distributed.fsdp.wrap import always_wrap_policy
 
@@ -46,12 +58,29 @@ def main() -> int:
     parser.add_argument("--precision", default=None)
     parser.add_argument("--package", default="lightning")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--start-method", default=None, help="HPUDDPStrategy(start_method=...)")
+    parser.add_argument("--stuck-rank", type=int, default=-1)
+    parser.add_argument("--stuck-step", type=int, default=-1)
+    parser.add_argument("--stuck-how", default="sleep", choices=HOW)
+    parser.add_argument("--crash-rank", type=int, default=-1)
+    parser.add_argument("--crash-step", type=int, default=-1)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if "LOCAL_RANK" not in os.environ:  # the process the user started (not one a launcher started)
+        Path(out, "launcher.pid").write_text(str(os.getpid()))
 
     fabric = make_fabric(args)
-    fabric.launch()
+    if args.start_method in ("fork", "spawn"):  # as from a notebook: the whole run inside launch(function)
+        fabric.launch(train, args, out)
+    else:
+        fabric.launch()
+        train(fabric, args, out)
+    return 0
+
+
+def train(fabric, args: argparse.Namespace, out: Path) -> None:
+    Path(out, f"rank{fabric.global_rank}.pid").write_text(str(os.getpid()))
     fabric.seed_everything(7)
     with fabric.init_module():
         model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
@@ -73,6 +102,10 @@ def main() -> int:
         out_b = model(xb)
         output_dtypes.add(str(out_b.dtype))
         loss = torch.nn.functional.mse_loss(out_b.float(), yb)
+        if fabric.global_rank == args.crash_rank and step == args.crash_step:
+            raise RuntimeError(f"rank {fabric.global_rank} exploded on purpose at step {step}")
+        if fabric.global_rank == args.stuck_rank and step == args.stuck_step:
+            get_stuck(out, fabric.global_rank, args.stuck_how)
         optimizer.zero_grad()
         fabric.backward(loss)
         optimizer.step()
@@ -120,7 +153,6 @@ def main() -> int:
         if fake is not None else {},
     }
     (out / f"rank{fabric.global_rank}.json").write_text(json.dumps(report))
-    return 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Usage: python fit.py --out DIR [--strategy hpu_parallel|hpu_ddp|<deepspeed/fsdp 
        [--crash-rank R --crash-step S] [--stuck-rank R --stuck-step S] [--ckpt PATH] [--resume PATH] [--epochs N]
        [--precision P] [--start-method fork]
 Each rank writes <out>/rank<N>.pid when training starts (the launching process: <out>/launcher.pid). A stuck rank
-writes <out>/stuck<R>.pid, then sleeps for ten minutes in its training step.
+writes <out>/stuck<R>.pid, then in its training step sleeps for ten minutes, stops or is killed (--stuck-how).
+--start-method applies to HPUParallelStrategy (the default strategy) and to DeepSpeed ('ds:...').
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import hpu_nb  # noqa: F401  (registers "hpu" with Lightning)
 from hpu_nb import HPUParallelStrategy
 from hpu_nb.runtime import get_backend
 
+if __package__:  # imported by the tests (tests.dist_scripts.fit)
+    from .stuck_rank import HOW, get_stuck
+else:  # run as a script, from this folder
+    from stuck_rank import HOW, get_stuck
+
 FEATURES = 32
 
 
@@ -35,6 +41,7 @@ class Model(L.LightningModule):
     ) -> None:
         super().__init__()
         self.stuck_rank, self.stuck_step, self.out = stuck_rank, stuck_step, out
+        self.stuck_how = "sleep"
         self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         self.crash_rank, self.crash_step, self.lr = crash_rank, crash_step, lr
         self.samples_seen = 0
@@ -58,9 +65,7 @@ class Model(L.LightningModule):
         if self.global_rank == self.crash_rank and self.global_step == self.crash_step:
             raise RuntimeError(f"rank {self.global_rank} exploded on purpose at step {self.global_step}")
         if self.global_rank == self.stuck_rank and self.global_step == self.stuck_step:
-            if self.out:
-                Path(self.out, f"stuck{self.global_rank}.pid").write_text(str(os.getpid()))
-            time.sleep(600)  # a rank that stops answering (a deadlock, a hung data source, a stuck device)
+            get_stuck(self.out, self.global_rank, self.stuck_how)
         self.step_devices.update({str(x.device), str(self.net[0].weight.device)})
         self.samples_seen += x.shape[0]
         self.first_index_sum += float(x[:, 0].sum())
@@ -95,10 +100,12 @@ def data(n: int = 64, batch_size: int = 8) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=batch_size)
 
 
-def make_strategy(spec: str):
+def make_strategy(spec: str, start_method: str | None = None):
     """A registered name, or 'ds:<stage>[:offload][:cpu_checkpointing]' / 'ds-config:<json path>' /
     'fsdp:<full|sharded>[:offload]' /
     'spawn' (HPUDDPStrategy(start_method="spawn"), as multi-tenant jobs start their workers)."""
+    if start_method is not None and spec == "auto":
+        return HPUParallelStrategy(start_method=start_method)
     if spec == "spawn":
         from hpu_nb import HPUDDPStrategy
 
@@ -108,7 +115,8 @@ def make_strategy(spec: str):
 
         parts = spec.split(":")
         strategy = HPUDeepSpeedStrategy(stage=int(parts[1]), offload_optimizer="offload" in parts,
-                                        cpu_checkpointing="cpu_checkpointing" in parts)
+                                        cpu_checkpointing="cpu_checkpointing" in parts,
+                                        start_method=start_method or "auto")
         strategy.config["zero_force_ds_cpu_optimizer"] = False  # SGD with offload: fine for a test model
         return strategy
     if spec.startswith("ds-config:"):
@@ -144,6 +152,7 @@ def main() -> int:
     parser.add_argument("--start-method", default=None, help="HPUParallelStrategy(start_method=...)")
     parser.add_argument("--stuck-rank", type=int, default=-1)
     parser.add_argument("--stuck-step", type=int, default=-1)
+    parser.add_argument("--stuck-how", default="sleep", choices=HOW)
     parser.add_argument("--ckpt", default=None, help="save a checkpoint here after fitting")
     parser.add_argument("--resume", default=None, help="resume fitting from this checkpoint")
     args = parser.parse_args()
@@ -153,14 +162,14 @@ def main() -> int:
     L.seed_everything(7, verbose=False)
     model = Model(args.crash_rank, args.crash_step, stuck_rank=args.stuck_rank, stuck_step=args.stuck_step,
                   out=str(out))
+    model.stuck_how = args.stuck_how
     if "LOCAL_RANK" not in os.environ:  # the process the user started (not one a launcher started)
         Path(out, "launcher.pid").write_text(str(os.getpid()))
     model.deepspeed_checkpointing = "cpu_checkpointing" in args.strategy
     trainer = L.Trainer(
         accelerator="hpu",
         devices=args.devices,
-        strategy=(make_strategy(args.strategy) if args.start_method is None
-                  else HPUParallelStrategy(start_method=args.start_method)),
+        strategy=make_strategy(args.strategy, args.start_method),
         precision=args.precision,
         max_epochs=args.epochs,
         enable_progress_bar=False,

@@ -4,11 +4,13 @@ Fabric has strategy classes of its own (`lightning.fabric.strategies`), so each 
 they do is written once and shared with the Trainer's: the card (`HPUParallelMixin.root_device`), HCCL set-up and
 reduce semantics, the launcher choice (script / fork in a notebook / spawn) and its fork check (`HPUParallelMixin`),
 HPUCheckpointIO by default (`HPUCheckpointIODefault`), FSDP's eager-mode rule and precision (strategies/fsdp.py).
-The one Fabric-specific thing is where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_step`.
+The launchers carry the Trainer's liveness (`ScriptLivenessMixin`, `WorkerLivenessMixin`). The one Fabric-specific
+thing is where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_step`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,14 +25,23 @@ from typing_extensions import override
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
 from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
-from hpu_nb.core.strategies.parallel import ForkCheckMixin, HPUParallelMixin
+from hpu_nb.core.strategies.parallel import HPUParallelMixin, ScriptLivenessMixin, WorkerLivenessMixin
 from hpu_nb.runtime import get_backend
 
 __all__ = ["HPUDDPStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
 
 
-class _FabricMultiProcessingLauncher(ForkCheckMixin, _MultiProcessingLauncher):
-    """Fabric's fork/spawn launcher, with the Gaudi fork check."""
+class _FabricMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
+    """Fabric's fork/spawn launcher, with the Gaudi fork check and the Trainer's liveness (WorkerLivenessMixin)."""
+
+    @override
+    def _wrapping_function(self, process_idx: int, function: Callable, *args: Any, **kwargs: Any) -> None:
+        return super()._wrapping_function(process_idx, self._worker_function(function), *args, **kwargs)
+
+
+class _FabricSubprocessScriptLauncher(ScriptLivenessMixin, _SubprocessScriptLauncher):
+    """Fabric's script launcher, with the Trainer's liveness (ScriptLivenessMixin): `fabric.launch()` returns before the
+    training runs, so rank 0 keeps the ranks it started in check for the rest of its life."""
 
 
 class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault):
@@ -49,11 +60,16 @@ class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault):
 
 
 class _FabricLaunchers:
-    """Fabric's launchers for HPUParallelMixin._configure_launcher (put before the mixin in the bases)."""
+    """Fabric's launchers for HPUParallelMixin._configure_launcher (put before the mixin in the bases), and what a rank
+    outside every Fabric call is doing: the user's own loop."""
+
+    _idle_phase = "the script's own code (no Fabric call)"
 
     @override
     def _script_launcher(self) -> Any:
-        return _SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)  # type: ignore
+        return _FabricSubprocessScriptLauncher(
+            self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
+        )
 
     @override
     def _process_launcher(self, start_method: str) -> Any:

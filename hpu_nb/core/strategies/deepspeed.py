@@ -321,7 +321,8 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
     @override
     def setup_environment(self) -> None:
-        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check
+        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check (and the mixin's, hence:)
+        self._start_progress_reports()  # a stuck rank is named, as with every HPU strategy
 
     @override
     def setup_distributed(self) -> None:

@@ -10,7 +10,9 @@ adds to its Lightning base:
 - devices: every process's card is `hpu:0`, so `parallel_devices=[torch.device("hpu")] * n` gives each rank the
   root device hpu:0;
 - liveness (`liveness.py`): a bounded collective timeout (5 minutes unless set), progress reports that name a rank
-  that stops answering, and launchers that leave no process behind however the run ends.
+  that stops answering, and launchers that leave no process behind however the run ends: `WorkerLivenessMixin` and
+  `ScriptLivenessMixin`, one implementation for Lightning's fork / spawn and script launchers of the Trainer and of
+  Fabric.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.utilities.distributed import _distributed_is_initialized
+from lightning.fabric.utilities.distributed import _distributed_is_initialized, _set_num_threads_if_needed
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
@@ -36,7 +38,10 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 
-__all__ = ["ForkCheckMixin", "HPUDDPStrategy", "HPUParallelMixin", "HPUParallelStrategy", "hccl_reduce"]
+__all__ = [
+    "ForkCheckMixin", "HPUDDPStrategy", "HPUParallelMixin", "HPUParallelStrategy", "ScriptLivenessMixin",
+    "WorkerLivenessMixin", "hccl_reduce",
+]
 
 START_METHODS = ("popen", "fork", "spawn", "forkserver")
 REDUCE_OPS = ("sum", "min", "max", "mean")
@@ -117,28 +122,55 @@ class ForkCheckMixin:
         return super().launch(function, *args, **kwargs)  # type: ignore[misc]
 
 
-class HPUMultiProcessingLauncher(ForkCheckMixin, _MultiProcessingLauncher):
-    """Lightning's fork/spawn launcher for the Trainer, plus: refuse to fork a Gaudi runtime this process has already
-    opened, and leave no worker behind (interrupted, failed, or the parent killed), with a stuck rank named."""
+class WorkerLivenessMixin(ForkCheckMixin):
+    """For Lightning's fork / spawn launcher, the Trainer's and Fabric's (put first in the bases): the Gaudi fork
+    check, and liveness: the workers are watched (one that fails is noted in the store, the others stopped at once, a
+    stopped one too), none outlives the launch (interrupted, failed, or the parent killed), a stuck rank is named.
+
+    Each launcher's `_wrapping_function` (their signatures differ) passes its function through `_worker_function`.
+    """
+
+    _strategy: Any
+
+    @override
+    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        self._parent_pid = os.getpid()
+        liveness.skip_garbage_collection_at_exit()  # a script that launched workers ends promptly too
+        before = liveness.multiprocessing_children()
+        watch = liveness.WorkerWatch(lambda: liveness.new_child_processes(before), self._store_address).start()
+        try:
+            return super().launch(function, *args, **kwargs)
+        except BaseException:
+            # KeyboardInterrupt (a notebook's interrupt), SIGTERM turned into an exception, or a failed worker
+            # (torch stops the others then, the watch already did): no worker may outlive this call.
+            liveness.stop_processes(watch.running_pids())
+            raise
+        finally:
+            watch.stop()
+
+    def _store_address(self) -> tuple[str, int] | None:
+        env = self._strategy.cluster_environment
+        return None if env is None else (env.main_address, env.main_port)
+
+    def _worker_function(self, function: Callable) -> Callable:
+        """In a worker, before it runs `function`: it dies with the launching process and ends on SIGTERM; its
+        communication failures name the rank that did not answer."""
+        liveness.die_with_parent(self._parent_pid)
+        liveness.exit_on_sigterm()
+        return _explaining(self._strategy, function)
+
+
+class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
+    """Lightning's fork/spawn launcher for the Trainer, with hpu_nb's fork check and liveness (WorkerLivenessMixin)."""
 
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
-        self._parent_pid = os.getpid()
         self.procs = []  # this launch's workers only: never signal a pid left from an earlier launch
-        try:
-            return super().launch(function, *args, trainer=trainer, **kwargs)
-        except BaseException:
-            # KeyboardInterrupt (a notebook's interrupt), SIGTERM turned into an exception, or a failed worker
-            # (torch has stopped the others then): no worker may outlive this call.
-            liveness.stop_processes([p.pid for p in self.procs if p.pid is not None and p.is_alive()])
-            raise
+        return super().launch(function, *args, trainer=trainer, **kwargs)
 
     @override
     def _wrapping_function(self, process_idx: int, trainer: Any, function: Callable, *args: Any, **kwargs: Any) -> None:
-        liveness.die_with_parent(self._parent_pid)
-        liveness.exit_on_sigterm()
-        strategy = self._strategy
-        return super()._wrapping_function(process_idx, trainer, _explaining(strategy, function), *args, **kwargs)
+        return super()._wrapping_function(process_idx, trainer, self._worker_function(function), *args, **kwargs)
 
     @override
     def _recover_results_in_main_process(self, worker_output: Any, trainer: Any) -> None:
@@ -152,42 +184,59 @@ class HPUMultiProcessingLauncher(ForkCheckMixin, _MultiProcessingLauncher):
             del io.load_checkpoint
 
 
-class HPUSubprocessScriptLauncher(_SubprocessScriptLauncher):
-    """Lightning's script launcher (rank 0 runs the script again for the other ranks), plus: rank 0 honours SIGTERM
-    even inside a collective, stops the other ranks whenever the run fails, they die with it, and a stuck rank is named.
+class ScriptLivenessMixin:
+    """For Lightning's script launcher, the Trainer's and Fabric's (put first in the bases; rank 0 runs the script
+    again for the other ranks): they die with rank 0 and end on SIGTERM; rank 0 keeps them in check for the rest of
+    its life (`liveness.ScriptRanks`: watched, stopped on its SIGTERM even inside a collective, stopped when it fails,
+    awaited at its exit) — for the rest of its life because Fabric's `fabric.launch()` returns before the training
+    runs; and a stuck rank is named.
+
+    `launch` is Lightning's (validate, start the other ranks, set the thread count, run), with hpu_nb's watch in place
+    of Lightning's child-process observer, which SIGKILLs every process, rank 0 included, before it can say which rank
+    did not answer (tests/test_parallel_liveness.py checks Lightning's launch is still the one this replaces).
     """
 
+    cluster_environment: Any
+    num_processes: int
+    num_nodes: int
+    procs: list[Any]
+
     def __init__(self, strategy: Any, cluster_environment: Any, num_processes: int, num_nodes: int) -> None:
-        super().__init__(cluster_environment, num_processes, num_nodes)
+        super().__init__(cluster_environment, num_processes, num_nodes)  # type: ignore[call-arg]
         self._strategy = strategy
 
     @override
-    def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
-        starts_others = not self.cluster_environment.creates_processes_externally
+    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        env = self.cluster_environment
         parent = os.environ.get(liveness.PARENT_PID_ENV)
-        if not starts_others and parent is not None and parent == str(os.getppid()):
+        if env.creates_processes_externally and parent is not None and parent == str(os.getppid()):
             liveness.die_with_parent(int(parent))  # a rank that our rank 0 started
             liveness.exit_on_sigterm()
         function = _explaining(self._strategy, function)
-        guard = liveness.TerminationGuard(self._child_pids) if starts_others else contextlib.nullcontext()
-        with guard:
-            try:
-                return super().launch(function, *args, trainer=trainer, **kwargs)
-            except BaseException:
-                if starts_others:
-                    liveness.stop_processes(self._child_pids())
-                raise
+        kwargs.pop("trainer", None)  # the Trainer's launcher is given it; running the function does not need it
+        env.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        if not env.creates_processes_externally:
+            self._call_children_scripts()
+            address = (env.main_address, env.main_port)
+            liveness.adopt_script_ranks(self.procs, lambda: address, self._strategy._timeout)
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        try:
+            return function(*args, **kwargs)
+        except BaseException:
+            liveness.stop_script_ranks()  # rank 0 failed or was interrupted: its ranks go with it, now
+            raise
 
     @override
     def _call_children_scripts(self) -> None:
         os.environ[liveness.PARENT_PID_ENV] = str(os.getpid())
         try:
-            super()._call_children_scripts()
+            super()._call_children_scripts()  # type: ignore[misc]
         finally:
             os.environ.pop(liveness.PARENT_PID_ENV, None)
 
-    def _child_pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.poll() is None]
+
+class HPUSubprocessScriptLauncher(ScriptLivenessMixin, _SubprocessScriptLauncher):
+    """Lightning's script launcher for the Trainer, with hpu_nb's liveness (ScriptLivenessMixin)."""
 
 
 def _explaining(strategy: Any, function: Callable) -> Callable:
@@ -205,12 +254,12 @@ def _explaining(strategy: Any, function: Callable) -> Callable:
     return run
 
 
-
 class HPUParallelMixin:
     """Put first in the bases of a multi-card HPU strategy: `class S(HPUParallelMixin, HPUStepsMixin, DDPStrategy)`."""
 
     _start_method: str | None = None
     _progress: liveness.RankProgress | None = None
+    _idle_phase = "between steps"  # what a rank outside every tracked phase is doing (Fabric: the user's own loop)
 
     # -- the collective timeout -----------------------------------------------------------------------------------
     @property
@@ -227,13 +276,34 @@ class HPUParallelMixin:
     @override
     def setup_environment(self) -> None:
         super().setup_environment()  # type: ignore[misc]
-        if _distributed_is_initialized() and self.world_size > 1:  # type: ignore[attr-defined]
-            self._progress = liveness.RankProgress(self.global_rank, self.world_size, self._timeout)  # type: ignore[attr-defined]
+        self._start_progress_reports()
+
+    def _start_progress_reports(self) -> None:
+        """Once the process group exists: report this rank's progress to the job's store (strategies whose
+        `setup_environment` skips this mixin's, as DeepSpeed's, call it themselves)."""
+        if self._progress is None and _distributed_is_initialized() and self.world_size > 1:  # type: ignore[attr-defined]
+            self._progress = liveness.RankProgress(
+                self.global_rank, self.world_size, self._timeout, idle_phase=self._idle_phase  # type: ignore[attr-defined]
+            )
             env = self.cluster_environment  # type: ignore[attr-defined]
             self._progress.start(env.main_address, env.main_port)
 
-    def _tracked(self, phase: str) -> Any:
-        return self._progress.track(phase) if self._progress is not None else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def _tracked(self, phase: str) -> Iterator[None]:
+        """Note the phase for the progress reports; a collective that fails there becomes a StuckRankError naming the
+        rank that did not answer (here, where it happens: Fabric's training loop is the user's, run outside any
+        launcher's reach)."""
+        if self._progress is None:
+            yield
+            return
+        with self._progress.track(phase):
+            try:
+                yield
+            except Exception as err:
+                explained = self.explain_failure(err)
+                if explained is None:
+                    raise
+                raise explained from err
 
     def explain_failure(self, err: BaseException) -> liveness.StuckRankError | None:
         """A StuckRankError naming the rank that did not answer, when `err` is a failed collective; else None."""
