@@ -83,11 +83,11 @@ def library_name() -> str:
 def library_path() -> Path:
     """The cached library for this source and this torch: where it is built, else where a build would put it first."""
     name = library_name()
-    dirs = _library_dirs()
-    for directory in dirs:
-        if (directory / name).exists():
-            return directory / name
-    return dirs[0] / name
+    primary = cache_dir() / name
+    if primary.exists() or os.environ.get(CACHE_ENV):  # the usual case costs one stat (torch's autoload asks)
+        return primary
+    fallback = fallback_cache_dir() / name
+    return fallback if fallback.exists() else primary
 
 
 def compile_command(compiler: str, output: Path) -> list[str]:
