@@ -379,3 +379,51 @@ def test_an_infinite_loss_leaves_no_nan_in_the_summary_svg() -> None:
         trainer.fit(_OneInfiniteLoss(FEATURES), regression_data(n=64, features=FEATURES))
     page = monitor._repr_html_()
     assert "<polyline" in page and "nan" not in page.lower() and "inf," not in page.lower()
+
+
+def test_summary_says_per_step_and_wall_clock_apart() -> None:
+    """The chart plots each step's samples/s; the summary gives their median as 'per step' and, apart, the
+    wall-clock figure of the run (slow steps weigh in there): never one number passed off as the other."""
+    import statistics
+
+    from hpu_nb.notebook.memory_monitor import TrainingSummary
+
+    monitor = MemoryMonitor(update_interval=0)
+    _fit(monitor, batches=6)
+    points = monitor.history.points
+    timed = [p for p in points if p[SECONDS] == p[SECONDS] and p[SECONDS] > 0]
+    assert timed
+    # one very slow step (a first compile, a pause): per step barely moves, wall clock drops
+    timed[0][SECONDS] = 100.0
+    summary = TrainingSummary(monitor)
+    training = summary.training()
+    rates = sorted(p[SAMPLES] / p[SECONDS] for p in timed)
+    assert training["step_samples_per_s"] == pytest.approx(statistics.median(rates))
+    wall = sum(p[SAMPLES] for p in timed) / sum(p[SECONDS] for p in timed)
+    assert training["samples_per_s"] == pytest.approx(wall) and training["wall_seconds"] >= 100.0
+    assert rates[0] <= training["samples_per_s"] < training["step_samples_per_s"]
+    text = summary.text()
+    assert f"per step (median, as the chart): {training['step_time'] * 1e3:.1f} ms" in text
+    assert f"{training['step_samples_per_s']:,.0f} samples/s; wall clock over" in text
+    assert f"{training['samples_per_s']:,.0f} samples/s" in text
+
+
+def test_snapshot_is_static_html_after_the_live_chart() -> None:
+    """The monitor's own display: the live chart's output, then its snapshot (no script), which a run's end updates."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    published: list[tuple[dict, bool]] = []
+    ip.display_pub.publish = lambda data, metadata=None, transient=None, update=False, **kw: published.append(  # type: ignore[method-assign]
+        (data, update))
+    try:
+        monitor = MemoryMonitor(update_interval=0)
+        ip.execution_count = 77
+        _fit(monitor, batches=3)
+    finally:
+        del ip.display_pub.publish
+    first, second = published[0][0], published[1][0]
+    assert set(first) == {"application/vnd.jupyter.widget-view+json", "text/plain"}
+    assert 'class="hpu-snapshot" data-hpu-snapshot="MemoryMonitor"' in second["text/html"]
+    final = [d for d, update in published if update][-1]
+    assert "(done)" in final["text/html"] and "<svg" in final["text/html"] and "<script" not in final["text/html"]
