@@ -14,10 +14,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import struct
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 import torch
 
@@ -134,12 +135,40 @@ def fp8_grid_mm(
     a: torch.Tensor, b: torch.Tensor, inverse: float, bias: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """(a @ b) * inverse (+ bias) in float32 for fp8-valued float32 `a` (m, k), `b` (k, n) and inverse =
-    inverse_scale(a_scale, b_scale): the product torch._scaled_mm computes, by a float32 matmul (products of fp8
-    values are exact in float32) whose result is multiplied by the inverse scales (BLAS's alpha), as _scaled_mm
-    applies them after accumulating."""
-    if bias is None:
-        return torch.addmm(_ZERO.get(a.device), a, b, beta=0, alpha=inverse)
-    return torch.addmm(bias.float(), a, b, alpha=inverse)
+    inverse_scale(a_scale, b_scale): the product torch._scaled_mm computes. Every fp8 value is exactly a bfloat16, so
+    oneDNN's bf16-input matmul (float32 products and accumulation, float32 result; AMX / AVX512-BF16 where the CPU has
+    them) multiplies the same values as a float32 matmul would, faster; the result is multiplied by the inverse scales
+    (BLAS's alpha), as _scaled_mm applies them after accumulating."""
+    with bf16_input_matmul():
+        if bias is None:
+            return torch.addmm(_ZERO.get(a.device), a, b, beta=0, alpha=inverse)
+        return torch.addmm(bias.float(), a, b, alpha=inverse)
+
+
+@functools.lru_cache(maxsize=1)
+def bf16_matmul_supported() -> bool:
+    """Whether torch can run float32 matmuls with bf16 inputs here (oneDNN with bf16 support on this CPU)."""
+    try:
+        return (torch.backends.mkldnn.is_available() and hasattr(torch.backends.mkldnn, "matmul")
+                and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+@contextlib.contextmanager
+def bf16_input_matmul() -> Iterator[None]:
+    """float32 matmuls inside take bf16 inputs (exact for fp8-valued operands, and only meant for them); the setting
+    is torch's process-wide one, restored on exit. Nothing changes where the CPU or torch cannot."""
+    if not bf16_matmul_supported():
+        yield
+        return
+    settings = torch.backends.mkldnn.matmul
+    previous = settings.fp32_precision
+    settings.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        settings.fp32_precision = previous
 
 
 class _Zeros:
