@@ -94,7 +94,8 @@ def test_grid_matmul_is_scaled_mm_bitwise_when_float32_sums_are_exact() -> None:
 def test_grid_matmul_is_scaled_mm_within_float32_summation_error(k: int) -> None:
     """General operands: the same exact products summed in float32 in another order. Each result differs from the
     exact sum by at most gamma_k * sum|a_i b_i| (gamma_k = k u / (1 - k u)), so the two differ by at most twice that,
-    plus the final rescaling's rounding. Not bitwise: the summation order is the BLAS's, not _scaled_mm's."""
+    plus the final rescaling's rounding. Not bitwise: the summation order is the matmul library's (oneDNN's bf16-input
+    path where the CPU has one), not _scaled_mm's."""
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(16, k, generator=g) * 3, torch.randn(24, k, generator=g) / 5
     sx, sw = scale_from_amax(x.abs().max(), FP8[0]), scale_from_amax(w.abs().max(), FP8[0])
@@ -108,6 +109,21 @@ def test_grid_matmul_is_scaled_mm_within_float32_summation_error(k: int) -> None
     assert not torch.equal(fast, x @ w.t())  # it really is the fp8 product, not the float32 one
     one = torch.tensor(1.0)
     assert inverse_scale(sx, sw) == ((one / sx) * (one / sw)).item()  # the float32 factor _scaled_mm is given
+
+
+def test_bf16_input_matmuls_stay_inside_the_fp8_layers(te) -> None:  # noqa: ANN001
+    """The bf16-input setting is process-wide in torch: it must be restored, so the model's other float32 matmuls are
+    exact float32 ones."""
+    settings = getattr(torch.backends.mkldnn, "matmul", None)
+    before = getattr(settings, "fp32_precision", None)
+    layer = te.Linear(64, 64)
+    x = torch.randn(8, 64, requires_grad=True)
+    with te.fp8_autocast(enabled=True):
+        layer(x).float().sum().backward()
+    assert getattr(settings, "fp32_precision", None) == before
+    a, b = torch.randn(32, 64), torch.randn(64, 16)
+    exact = (a.double() @ b.double()).float()
+    assert (a @ b - exact).abs().max().item() < 1e-4  # a bf16-input product would be off by ~1e-2
 
 
 def _reference_fp8_linear(x, weight, bias, sx, sw):  # noqa: ANN001, ANN202
