@@ -17,6 +17,7 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Callable
 
 # fcntl, shutil, signal, subprocess, tempfile and time are imported where a build needs them: torch's autoload imports
 # this module on every `import torch` only to find the built library (benchmarks/bench_autoload.py).
@@ -190,7 +191,7 @@ def _run_guarded(command: list[str]) -> tuple[int, str]:
 
     guard = subprocess.Popen(
         [sys.executable, "-S", __file__, "--guard", str(os.getpid()), *command],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent_hook(),
     )
     try:
         _, stderr = guard.communicate()
@@ -201,15 +202,17 @@ def _run_guarded(command: list[str]) -> tuple[int, str]:
     return guard.returncode, stderr
 
 
-def _die_with_parent() -> None:
-    """In the guard, before exec: receive SIGTERM when the building process dies (Linux's PR_SET_PDEATHSIG)."""
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """For the guard, before exec: receive SIGTERM when the building process dies (Linux's PR_SET_PDEATHSIG). libc is
+    looked up here, in the parent: the forked child only makes the call (no dlopen between fork and exec)."""
     import ctypes
     import signal
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the guard still stops the compiler on a Ctrl-C
-        pass
+        return None
+    return lambda: prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
 
 
 def _guard(parent: int, command: list[str]) -> int:
