@@ -15,7 +15,7 @@ import pytest
 from hpu_nb.emulator.hpu_device import build
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE_CXX = Path(__file__).resolve().parent / "packaging" / "fake_cxx.sh"
+FAKE_CXX = Path(__file__).resolve().parent / "install_checks" / "fake_cxx.sh"
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path) -> None:
     torch at the Makefile's version, a CPU build, and not one nvidia-* / cuda-* / triton package."""
     import json
 
-    from tests.packaging.fresh_venv import copy_tracked_files
+    from tests.install_checks.fresh_venv import copy_tracked_files
 
     source = copy_tracked_files(tmp_path / "src")
     version, extras = _makefile_value("TORCH_VERSION"), _makefile_value("EXTRAS")
@@ -172,7 +172,7 @@ def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path) -> None:
 
 
 # -- the wheel and the sdist, installed into a fresh venv ------------------------------------------------------------
-SCRIPTS = Path(__file__).resolve().parent / "packaging"
+SCRIPTS = Path(__file__).resolve().parent / "install_checks"
 BUILD_MESSAGES = ("building the emulated hpu device", "DeepSpeed compiles", "Building extension module")
 
 
@@ -186,7 +186,7 @@ def _version_in_source() -> str:
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(source copy, sdist, wheel built from that sdist)."""
-    from tests.packaging.fresh_venv import build_sdist_and_wheel, copy_tracked_files
+    from tests.install_checks.fresh_venv import build_sdist_and_wheel, copy_tracked_files
 
     root = tmp_path_factory.mktemp("dists")
     source = copy_tracked_files(root / "src")
@@ -196,7 +196,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 @pytest.fixture(scope="module")
 def fresh_venv(dists: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The wheel installed (not editable) into a new venv, an empty HPU_NB_CACHE_DIR, a work folder outside the repo."""
-    from tests.packaging.fresh_venv import make_venv, venv_env
+    from tests.install_checks.fresh_venv import make_venv, venv_env
 
     root = tmp_path_factory.mktemp("fresh")
     python = make_venv(root / "venv", dists[2])
