@@ -292,3 +292,135 @@ def test_supplied_datasets_follow_the_seeded_sampler_on_a_gaudi(make_fake_gaudi)
     make_fake_gaudi(device_name="GAUDI2")
     on_gaudi = order()
     assert on_gaudi == emulated and sorted(on_gaudi) == list(range(20)) and on_gaudi != list(range(20))
+
+
+# -- 5. torch.compile's hpu_backend next to Habana's software; the fake does what the bridge does ---------------------
+COMPILE_FIRST = """
+import torch
+from torch._dynamo.backends import registry
+
+def f(x):
+    return torch.sin(x) * 2 + x
+
+compiled = torch.compile(f, backend="hpu_backend")  # torch looks the name up now: hpu_nb's entry point
+import habana_frameworks.torch.core as htcore  # Habana's @register_backend runs (or ran): no duplicate name
+x = torch.randn(8, device="hpu")
+y = compiled(x)
+fake = __import__("habana_frameworks._fake", fromlist=["STATE"]).STATE
+print("RESULT", __import__("json").dumps({
+    "module": registry._COMPILER_FNS["hpu_backend"].__module__, "lazy": htcore.is_lazy(),
+    "close": bool(torch.allclose(y.cpu(), f(x.cpu()))),
+    "habana_compiled": fake.calls.count("habana_frameworks.torch.dynamo.compile_backend.hpu_backend")}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * RUN_TIMEOUT)
+@pytest.mark.parametrize(("release", "env"), [("1.19.0", {}), ("1.22.0", {"PT_HPU_AUTOLOAD": "0"})])
+def test_torch_compile_before_habanas_core_registers_habanas_backend_once(make_fake_gaudi, release, env):
+    """torch.compile(backend="hpu_backend") before Habana's core is imported (lazy mode, or autoload off): torch loads
+    hpu_nb's entry point, which must hand torch Habana's backend, not register its own for Habana's import to trip
+    over ("duplicate name"); in lazy mode too Habana's backend compiles (no refusal: Habana registers it there)."""
+    fake = make_fake_gaudi(release=release)
+    run_env = fake.subprocess_env({k: v for k, v in os.environ.items() if not k.startswith(("PT_HPU_", "HPU_NB_"))})
+    run_env.update(env)
+    run_env["PYTHONPATH"] = run_env["PYTHONPATH"] + os.pathsep + str(ROOT)
+    result = subprocess.run([sys.executable, "-c", COMPILE_FIRST], capture_output=True, text=True, env=run_env,
+                            timeout=RUN_TIMEOUT - 10, cwd=str(ROOT), check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
+    report = json.loads(line[len("RESULT "):])
+    assert report["module"] == "habana_frameworks.torch.dynamo.compile_backend"
+    assert report["lazy"] is (release == "1.19.0")
+    assert report["close"] and report["habana_compiled"] >= 1
+
+
+def test_the_fake_refuses_a_second_hpu_backend_as_habana_does(monkeypatch, make_fake_gaudi):
+    from torch._dynamo.backends import registry
+
+    make_fake_gaudi()
+    # what hpu_nb's entry point registered before Habana's import (undone after the fake is uninstalled)
+    monkeypatch.setitem(registry._COMPILER_FNS, "hpu_backend", lambda gm, inputs: gm)
+    with pytest.raises(AssertionError, match="duplicate name: hpu_backend"):
+        import habana_frameworks.torch.core  # noqa: F401
+
+
+def test_the_fake_registers_hpu_backend_in_lazy_mode(make_fake_gaudi, monkeypatch):
+    from torch._dynamo.backends.registry import _COMPILER_FNS
+
+    make_fake_gaudi(release="1.19.0")
+    monkeypatch.delenv("PT_HPU_LAZY_MODE", raising=False)
+    import habana_frameworks.torch.core as htcore
+
+    assert htcore.is_lazy() and _COMPILER_FNS["hpu_backend"].__module__.startswith("habana_frameworks.torch.dynamo")
+
+
+def test_the_emulated_gaudi_still_finds_its_own_backend():
+    import torch
+
+    from hpu_nb.runtime import compile_backend
+
+    assert compile_backend.hpu_backend is compile_backend.emulated_hpu_backend  # the entry point's target here
+    compiled = torch.compile(lambda x: torch.cos(x) + 1, backend="hpu_backend")
+    x = torch.randn(5, device="hpu")
+    torch.testing.assert_close(compiled(x).cpu(), torch.cos(x.cpu()) + 1)
+
+
+@pytest.mark.parametrize(
+    ("visible", "module_id", "device", "expected"),
+    [
+        (None, None, 0, None),  # fewer than 8 cards, nothing named: index 0, the card acquired by type
+        ("2,3", None, 1, "3"),  # HLS_MODULE_ID set to the visible module of that index
+        ("2,3", "3", 0, "3"),  # a module chosen earlier is kept
+    ],
+)
+def test_the_fakes_set_device_sets_hls_module_id_as_the_bridge(make_fake_gaudi, monkeypatch, visible, module_id,
+                                                                device, expected):
+    for name, value in (("HABANA_VISIBLE_MODULES", visible), ("HLS_MODULE_ID", module_id)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    make_fake_gaudi(device_count=2)
+    import habana_frameworks.torch.hpu as hthpu
+
+    hthpu.set_device(device)
+    assert os.environ.get("HLS_MODULE_ID") == expected
+
+
+def test_the_fakes_set_device_asserts_as_the_bridge(make_fake_gaudi, monkeypatch):
+    monkeypatch.delenv("HABANA_VISIBLE_MODULES", raising=False)
+    monkeypatch.delenv("HLS_MODULE_ID", raising=False)
+    make_fake_gaudi(device_count=2)
+    import habana_frameworks.torch.hpu as hthpu
+
+    with pytest.raises(AssertionError, match="the only supported device idx is 0"):
+        hthpu.set_device("hpu:1")
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "4,5")
+    monkeypatch.setenv("HLS_MODULE_ID", "6")
+    with pytest.raises(AssertionError, match="different from current_module_id=6"):
+        hthpu.set_device(0)
+
+
+def test_the_fakes_hccl_import_reads_the_mode_with_int(make_fake_gaudi, monkeypatch):
+    make_fake_gaudi()
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "false")
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+
+def test_the_fakes_op_list_reader_is_habanas_getline_not_hpu_nbs(make_fake_gaudi, monkeypatch, tmp_path):
+    """Habana reads each line verbatim: a CRLF file's "mm\\r" and a comment line match no op (hpu_nb hands Habana a
+    normalised copy for this reason); the fake must read so too, not through hpu_nb's reader."""
+    listed = tmp_path / "lower.txt"
+    listed.write_bytes(b"mm\r\n# matmuls\n\nadd\n")
+    make_fake_gaudi(release="1.22.0")
+    monkeypatch.setenv("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", str(listed))
+    from habana_frameworks.torch.core import _autocast_lists
+
+    assert _autocast_lists.LISTS.lower == {"mm\r", "# matmuls", "", "add"}
+    assert _autocast_lists.LISTS.lower_source == str(listed)
+    monkeypatch.setenv("PT_HPU_AUTOCAST_FP32_OPS_LIST", str(tmp_path / "missing.txt"))
+    with pytest.warns(UserWarning, match="Failed to open file with ops to autocast"):
+        ops, source = _autocast_lists.load_list("PT_HPU_AUTOCAST_FP32_OPS_LIST", {"default_op"})
+    assert ops == {"default_op"} and source == "default"

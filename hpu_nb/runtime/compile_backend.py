@@ -1,22 +1,27 @@
 """torch.compile's "hpu_backend" for the emulated Gaudi, its graph metrics and Habana's dynamic-shape switch.
 
-On a Gaudi, Habana's `habana_frameworks.torch.dynamo.compile_backend` registers "hpu_backend" when its core loads in
-eager mode: TorchDynamo captures the graph, AOTAutograd splits forward and backward, Habana's graph compiler builds
-recipes, and `metric_global("graph_compilation")` / `("recipe_cache")` count what it did; `enable_dynamic_shape()`
-lets one recipe serve many shapes. The emulated Gaudi does the same capture and split (AOTAutograd, torch's
-"aot_eager") and runs the graphs with the device's CPU kernels, counting the same things for the same purpose: each
-graph dynamo hands it is a compilation (a recompilation when dynamo compiled that frame before), each later call of a
-compiled graph a recipe-cache hit. Measured with torch 2.13 here: "aot_eager" works on `hpu` tensors; "inductor" does
-not (no code generator for the `hpu` device), so the emulation runs the same code, not faster. Memory stays exact:
-compiled graphs allocate through the device's counting allocator like eager ops do.
+On a Gaudi, Habana's `habana_frameworks.torch.dynamo.compile_backend` registers "hpu_backend" when its core loads
+(eager mode, the default since 1.21, and lazy mode): TorchDynamo captures the graph, AOTAutograd splits forward and
+backward, Habana's graph compiler builds recipes, and `metric_global("graph_compilation")` / `("recipe_cache")` count
+what it did; `enable_dynamic_shape()` lets one recipe serve many shapes. The emulated Gaudi does the same capture and
+split (AOTAutograd, torch's "aot_eager") and runs the graphs with the device's CPU kernels, counting the same things
+for the same purpose: each graph dynamo hands it is a compilation (a recompilation when dynamo compiled that frame
+before), each later call of a compiled graph a recipe-cache hit. Measured with torch 2.13 here: "aot_eager" works on
+`hpu` tensors; "inductor" does not (no code generator for the `hpu` device), so the emulation runs the same code, not
+faster. Memory stays exact: compiled graphs allocate through the device's counting allocator like eager ops do.
 
 The dynamic-shape switch (PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES, default off as on a Gaudi) becomes torch.compile's
 automatic dynamic shapes once the emulated backend is used: off, every new shape is a recompilation.
 
 hpu_nb publishes `hpu_backend` under the `torch_dynamo_backends` entry point, which torch consults only when no
 "hpu_backend" is registered, so plain `import torch` code finds it. Where Habana's software is installed, Habana's
-backend is the one to use: this function then loads Habana's software (which registers it in eager mode, in place of
-this one) and hands the graph over, or refuses in lazy mode, where Habana registers none.
+backend is the one to use, and it is registered by importing Habana's core in eager *and* lazy mode (1.19's
+`habana_frameworks/torch/core/__init__.py` imports `dynamo.compile_backend.backends`, whose `@register_backend`
+registers it, in either mode). Its `register_backend` refuses a name taken ("duplicate name: hpu_backend"), so hpu_nb
+must never leave its own function registered there: when torch loads the entry point on such a machine, the attribute
+(resolved by this module's `__getattr__`) imports Habana's core and hands torch Habana's function to register, so
+torch registers Habana's and a later `import habana_frameworks.torch.core` finds nothing in its way. The emulated
+backend is `emulated_hpu_backend`; `hpu_backend` names whichever function torch should run here.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any, Callable
 
 BACKEND_NAME = "hpu_backend"
 HABANA_CORE = "habana_frameworks.torch.core"
+REGISTRY_MODULE = "torch._dynamo.backends.registry"
 DYNAMIC_SHAPES_ENV = "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES"
 _TRUE = ("1", "y", "yes", "t", "true", "on")
 
@@ -76,7 +82,7 @@ def _apply_dynamic_shapes() -> None:
 
 
 # -- the backend ----------------------------------------------------------------------------------------------------
-def hpu_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+def emulated_hpu_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """Compile a captured graph for the emulated Gaudi: AOTAutograd, graphs run with the hpu device's kernels."""
     from hpu_nb.emulator.habana import real_habana_spec
 
@@ -125,32 +131,80 @@ def stats() -> dict[str, dict[str, Any]]:
 
 
 # -- registration with dynamo ---------------------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    """`hpu_backend`, the entry point's target: the emulated backend, or on a machine with Habana's software Habana's
+    own (its core imported now, so that Habana registers it once, before torch registers what this returns)."""
+    if name != BACKEND_NAME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from hpu_nb.emulator.habana import real_habana_spec
+
+    if real_habana_spec() is None:
+        return emulated_hpu_backend
+    return _habanas_for_torch()
+
+
 def register() -> None:
     """Register the emulated backend now (what importing the emulated `habana_frameworks.torch.dynamo` does)."""
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
     if BACKEND_NAME not in _COMPILER_FNS:
-        register_backend(hpu_backend, name=BACKEND_NAME)
+        register_backend(emulated_hpu_backend, name=BACKEND_NAME)
 
 
 def make_way_for_habana() -> None:
-    """Unregister this function if torch registered it, so Habana's software can register its own on import."""
+    """Unregister the emulated backend if it is registered, so Habana's software can register its own on import."""
     registry = sys.modules.get("torch._dynamo.backends.registry")
-    if registry is not None and registry._COMPILER_FNS.get(BACKEND_NAME) is hpu_backend:
+    if registry is not None and registry._COMPILER_FNS.get(BACKEND_NAME) is emulated_hpu_backend:
         del registry._COMPILER_FNS[BACKEND_NAME]
 
 
+def _habanas_for_torch() -> Callable[..., Any]:
+    """Habana's hpu_backend, for torch's registry to register under the entry point's name.
+
+    Importing Habana's core registers it; torch's `lookup_backend`, which asked for this attribute, then registers what
+    it gets under the same name and would refuse a duplicate: so when torch's lookup is the caller, Habana's entry is
+    taken out for torch to put back. Any other caller gets Habana's function and leaves the registry as it is.
+    """
+    from torch._dynamo.backends.registry import _COMPILER_FNS
+
+    make_way_for_habana()
+    importlib.import_module(HABANA_CORE)
+    habana = _COMPILER_FNS.get(BACKEND_NAME)
+    if habana is None or habana is emulated_hpu_backend:
+        return _no_habana_backend
+    if _called_by_torchs_lookup():
+        del _COMPILER_FNS[BACKEND_NAME]
+    return habana
+
+
+def _called_by_torchs_lookup() -> bool:
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "lookup_backend" and frame.f_globals.get("__name__") == REGISTRY_MODULE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _no_habana_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
+    raise RuntimeError(
+        "torch.compile(backend='hpu_backend') needs Habana's own backend, and importing habana_frameworks.torch.core"
+        " registered none (Gaudi software 1.19 and newer register it in eager and lazy mode). Check the Gaudi software"
+        " installation (habana-torch-plugin), or run without torch.compile."
+    )
+
+
 def _habanas(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
+    """The emulated backend was registered before Habana's software was found (a process that started emulated):
+    hand the graph to Habana's backend, registered in its place."""
     from torch._dynamo.backends.registry import _COMPILER_FNS
 
     make_way_for_habana()
     importlib.import_module(HABANA_CORE)
     habana = _COMPILER_FNS.get(BACKEND_NAME)
     if habana is None:
-        _COMPILER_FNS[BACKEND_NAME] = hpu_backend
-        raise RuntimeError(
-            "torch.compile(backend='hpu_backend') needs Habana's own backend, which habana_frameworks registers in"
-            " eager mode only; this process runs Habana's software in lazy mode. Start Python with PT_HPU_LAZY_MODE=0"
-            " (the default since Gaudi software 1.21) to compile, or run without torch.compile in lazy mode."
-        )
+        _COMPILER_FNS[BACKEND_NAME] = emulated_hpu_backend
+        return _no_habana_backend(graph_module, example_inputs, **kwargs)
     return habana(graph_module, example_inputs, **kwargs)

@@ -136,6 +136,7 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
         sys.path.insert(0, path)
     try:
         importlib.invalidate_caches()
+        _as_on_a_gaudi_process_start()
         fake = importlib.import_module("habana_frameworks._fake")
         fake_config = config if config is not None else fake.FakeConfig()
         for key, value in overrides.items():
@@ -179,6 +180,23 @@ def install_fake_habana(config: Any = None, *, pyhlml: bool = False, backend: st
             else:
                 os.environ[key] = value
         shutil.rmtree(machine, ignore_errors=True)
+
+
+def _as_on_a_gaudi_process_start() -> None:
+    """torch's "hpu_backend" as a process on a Gaudi starts: not the emulated backend (registered by an earlier test of
+    this process; on a Gaudi hpu_nb hands torch Habana's), only hpu_nb's entry point for torch to find."""
+    registry = sys.modules.get("torch._dynamo.backends.registry")
+    if registry is None:
+        return
+    from hpu_nb.runtime.compile_backend import make_way_for_habana
+
+    make_way_for_habana()
+    if "hpu_backend" not in registry._COMPILER_FNS and registry._BACKENDS.get("hpu_backend") is None:
+        from importlib.metadata import entry_points
+
+        for found in entry_points(group="torch_dynamo_backends"):
+            if found.name == "hpu_backend":
+                registry._BACKENDS["hpu_backend"] = found
 
 
 @contextlib.contextmanager

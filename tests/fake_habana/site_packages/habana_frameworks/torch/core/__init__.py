@@ -1,5 +1,6 @@
 """Fake habana_frameworks.torch.core: mark_step / is_lazy / quantization set-up; importing it, as Habana's does:
-registers torch.hpu, registers torch.compile's "hpu_backend" in eager mode, and sets HABANA_PROFILE when unset.
+registers torch.hpu, registers torch.compile's "hpu_backend" (eager and lazy mode), and sets HABANA_PROFILE when
+unset.
 
 mark_step in lazy mode ends the accumulated graph (here: counted, then the step closures run); in eager mode it has no
 graph to end. Every call is recorded either way, so tests see what was asked of Habana.
@@ -52,8 +53,9 @@ def hpu_initialize(model=None, mark_only_scales_as_const=False, optimizer=None, 
     return None
 
 
-if not is_lazy():
-    import habana_frameworks.torch.dynamo.compile_backend  # noqa: E402, F401  (registers "hpu_backend")
+# As Habana's 1.19 core: it imports dynamo.compile_backend.backends at the top in either mode (for import_compilers),
+# which registers "hpu_backend" in lazy mode too.
+import habana_frameworks.torch.dynamo.compile_backend  # noqa: E402, F401  (registers "hpu_backend")
 
 if "HABANA_PROFILE" not in os.environ:
     os.environ["HABANA_PROFILE"] = "profile_api_light"

@@ -104,9 +104,68 @@ def current_device():
     return _STATE.config.current_device
 
 
+HABANA_VISIBLE_MODULES_VAR = "HABANA_VISIBLE_MODULES"
+HLS_MODULE_ID_VAR = "HLS_MODULE_ID"
+
+
+def _get_available_modules_from_environ():
+    """As the bridge's hpu/_utils.py: the visible modules as ints (int() of each: a stray separator raises)."""
+    modules = [int(x) for x in os.getenv(HABANA_VISIBLE_MODULES_VAR, "0,1,2,3,4,5,6,7").split(",")]
+    assert 0 < len(modules) <= 8, f"{HABANA_VISIBLE_MODULES_VAR} does not have valid value."
+    return modules
+
+
+def _get_module_id_from_environ():
+    value = os.getenv(HLS_MODULE_ID_VAR, -1)
+    return int(value) if value else -1
+
+
+def _get_device_index(device, optional=False):
+    """As the bridge's: an int as is, "hpu[:n]" / torch.device("hpu"[, n]); no index: the current device."""
+    import torch
+
+    if isinstance(device, str):
+        device = torch.device(device)
+    index = None
+    if isinstance(device, torch.device):
+        if device.type != "hpu":
+            raise ValueError(f"Expected a hpu device, but got: {device}")
+        index = device.index
+    elif isinstance(device, int):
+        index = device
+    if index is None:
+        if not optional:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        index = current_device()
+    return index
+
+
 @_recorded
 def set_device(device):
-    _device_index(device)
+    """As the bridge's hpu.set_device (1.19): checks the index against HABANA_VISIBLE_MODULES, keeps to the module an
+    earlier HLS_MODULE_ID names (asserting it is visible), and sets HLS_MODULE_ID; without HABANA_VISIBLE_MODULES or
+    HLS_MODULE_ID on a machine of fewer than 8 cards only index 0 is allowed (the card is then acquired by type)."""
+    index = _get_device_index(device, optional=True)
+    available = _get_available_modules_from_environ()
+    if index not in available and index > len(available):
+        raise AssertionError(f"Trying to open device with idx={index} when only {available} are avaliable)")
+    current = _get_module_id_from_environ()
+    if current >= 0:
+        for candidate in range(device_count()):
+            if available[candidate] == current:
+                index = candidate
+                break
+        assert available[index] == current, (
+            f"Requested module_id={available[index]} is different from current_module_id={current} which was"
+            " previously set.")
+    if current == -1 and HABANA_VISIBLE_MODULES_VAR not in os.environ and device_count() < 8:
+        assert index == 0, f"As {HABANA_VISIBLE_MODULES_VAR} is not provided, the only supported device idx is 0."
+    else:
+        os.environ[HLS_MODULE_ID_VAR] = str(available[index])
+    set_device.current_device_idx = index
+
+
+set_device.current_device_idx = -1
 
 
 class device:  # noqa: N801 (Habana's name)

@@ -1,6 +1,7 @@
 """Fake habana_frameworks.torch.distributed.hccl: what importing Habana's module does (distributed/hccl/__init__.py).
 
-On import it calls `initialize_distributed_hpu()` from the environment: Open MPI's variables are copied to
+On import it reads int(PT_HPU_LAZY_MODE) (a non-integer value fails the import) and calls
+`initialize_distributed_hpu()` from the environment: Open MPI's variables are copied to
 WORLD_SIZE / RANK / LOCAL_RANK unless all three are set, and then MASTER_ADDR / MASTER_PORT default to localhost /
 12345 (so two jobs on one machine that do not set their own port collide); HLS_MODULE_ID is set for the local rank
 (from HABANA_VISIBLE_MODULES when set) when the world has more than one process. It registers the "hccl" backend for
@@ -12,8 +13,13 @@ import os
 
 from habana_frameworks._fake import STATE as _STATE
 from habana_frameworks._fake import recorded as _recorded
+from habana_frameworks.torch.hpu import HABANA_VISIBLE_MODULES_VAR, HLS_MODULE_ID_VAR  # noqa: F401  (as Habana's)
 
 _STATE.calls.record("import habana_frameworks.torch.distributed.hccl")
+# Import-time check, as Habana's: the mode picks the collectives' C module with int(PT_HPU_LAZY_MODE), so a value
+# that is not an integer ("false", "eager") fails the import with ValueError.
+_lazy_mode = int(os.environ.get("PT_HPU_LAZY_MODE", "1" if _STATE.config.lazy_by_default else "0"))
+_lazy_collectives_enabled = os.environ.get("PT_HPU_ENABLE_LAZY_COLLECTIVES", "False").lower() in ["true", "1"]
 _MPI = {"OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
         "OMPI_COMM_WORLD_RANK": "RANK"}
 

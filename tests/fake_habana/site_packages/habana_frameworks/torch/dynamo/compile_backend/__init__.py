@@ -1,4 +1,7 @@
-"""Fake habana_frameworks.torch.dynamo.compile_backend: registers torch.compile's "hpu_backend" (eager mode only).
+"""Fake habana_frameworks.torch.dynamo.compile_backend: registers torch.compile's "hpu_backend" (eager and lazy mode).
+
+As the bridge's (1.19 compile_backend/backends.py): `@register_backend` on import, which refuses a name already
+registered (AssertionError "duplicate name: hpu_backend"); the core imports it in either mode.
 
 Habana's backend is AOTAutograd with its graph compilers; the fake traces the same way (AOTAutograd) and runs the
 graphs on the emulated hpu device, counting each compiled graph in the graph_compilation metric. Uninstalling the
@@ -24,8 +27,8 @@ def hpu_backend(graph_module, example_inputs, **kwargs):
     return torch._dynamo.lookup_backend("aot_eager")(graph_module, example_inputs)
 
 
-_STATE.originals.setdefault("hpu_backend", (_COMPILER_FNS.pop("hpu_backend", None), _BACKENDS.get("hpu_backend")))
-register_backend(name="hpu_backend")(hpu_backend)
+_STATE.originals.setdefault("hpu_backend", (_COMPILER_FNS.get("hpu_backend"), _BACKENDS.get("hpu_backend")))
+register_backend(name="hpu_backend")(hpu_backend)  # a name taken: "duplicate name: hpu_backend", as Habana's
 
 
 def _skip_habana_in_traces():
