@@ -17,6 +17,10 @@ JUPYTER_PORT ?= 8888
 # the tests, by `make lab` and by any kernel of this venv (its kernel spec sets the same variable).
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 
+# Asks whether Habana's own habana_frameworks is installed: with hpu_nb installed, `import habana_frameworks` finds the
+# emulated Gaudi's everywhere else (hpu_nb-habana.pth), unless HPU_NB_AUTOLOAD=0.
+REAL_HABANA := HPU_NB_AUTOLOAD=0
+
 .PHONY: setup lab test test-fast lint bench browser screenshots clean
 
 setup: $(STAMP)
@@ -24,7 +28,7 @@ setup: $(STAMP)
 # On a Gaudi (habana_frameworks importable) the venv sees Habana's torch through --system-site-packages and we
 # install nothing over it; elsewhere we install the CPU build of torch first, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml Makefile
-	@if $(PYTHON) -c "import habana_frameworks" 2>/dev/null; then \
+	@if $(REAL_HABANA) $(PYTHON) -c "import habana_frameworks" 2>/dev/null; then \
 		echo "Gaudi software found: building $(VENV) on top of Habana's torch"; \
 		$(PYTHON) -m venv --system-site-packages $(VENV); \
 		$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/constraints.txt; \
@@ -33,21 +37,21 @@ $(STAMP): pyproject.toml Makefile
 		echo "torch==$(TORCH_VERSION)" > $(VENV)/constraints.txt; \
 	fi
 	$(PIP) install -q --upgrade pip
-	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then \
+	@if ! $(REAL_HABANA) $(PY) -c "import habana_frameworks" 2>/dev/null; then \
 		$(PY) .ci/cpu_torch.py $(TORCH_VERSION) -q -c $(VENV)/constraints.txt || exit 1; fi
 	@# On a Gaudi, Habana's DeepSpeed fork (e.g. 0.14.4+hpu.synapse.v1.18.0) is outside the deepspeed extra's range:
 	@# keep it rather than let pip replace it with upstream DeepSpeed.
 	@extras="$(EXTRAS)"; \
-	if $(PY) -c "import habana_frameworks, deepspeed" 2>/dev/null; then \
+	if $(REAL_HABANA) $(PY) -c "import habana_frameworks, deepspeed" 2>/dev/null; then \
 		echo "Habana's DeepSpeed $$($(PY) -c 'import deepspeed; print(deepspeed.__version__)') is installed: kept"; \
 		extras=$$(echo "$$extras" | tr ',' '\n' | grep -vx deepspeed | paste -sd, -); \
 	fi; \
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$$extras]"
 	@# The emulated Gaudi's hpu device is a small C++ library built for this torch (~20 s, cached in ~/.cache/hpu_nb).
-	@if ! $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.emulator.hpu_device; fi
+	@if ! $(REAL_HABANA) $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.emulator.hpu_device; fi
 	@# Kernels started from this venv (JupyterLab, nbmake) find the ops where setup built them.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (hpu_nb)" \
-		--env TORCH_EXTENSIONS_DIR "$(TORCH_EXTENSIONS_DIR)" >/dev/null
+		--env TORCH_EXTENSIONS_DIR "$(TORCH_EXTENSIONS_DIR)" --env PATH '$(CURDIR)/$(VENV)/bin:$${PATH}' >/dev/null
 	@# DeepSpeed probes libaio by linking a test program; without libaio-dev the linker's errors reach notebooks.
 	@bash .ci/install_system_libs.sh
 	@# DeepSpeed runs through its HPU accelerator (on the emulated Gaudi too); ZeRO-Offload's DeepSpeedCPUAdam is a C++

@@ -145,3 +145,18 @@ def test_intel_transformer_engine_is_the_emulated_transformer_engine_by_name_and
     found, version, same_linear, same_recipe = result.stdout.split()
     assert (found, same_linear, same_recipe) == ("True", "True", "True")
     assert release_from_version(version) == EMULATED_RELEASE and "emulated" in version
+
+
+def test_notebook_kernels_of_this_venv_find_its_pip_first():
+    """optimum-habana runs `pip list | grep habana-torch-plugin` through the shell at import: in a kernel of a venv that
+    is not activated, PATH would find another Python's pip (no such distribution: an IndexError at import). The kernel
+    spec `make setup` installs puts the venv's bin first, keeping the rest of the user's PATH."""
+    import json
+
+    spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / "python3" / "kernel.json"
+    if not spec.is_file():
+        import pytest
+
+        pytest.skip("no kernel spec in this environment (make setup installs one)")
+    path = json.loads(spec.read_text())["env"]["PATH"]
+    assert path.split(os.pathsep) == [str(Path(sys.executable).parent), "${PATH}"]  # jupyter_client fills ${PATH} in
