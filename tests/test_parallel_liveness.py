@@ -205,15 +205,33 @@ def test_lightning_launcher_internals_we_build_on_are_unchanged():
     from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
     from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 
-    script_launch = inspect.getsource(_SubprocessScriptLauncher.launch)
-    assert "self._call_children_scripts()" in script_launch and "return function(*args, **kwargs)" in script_launch
-    children = inspect.getsource(_SubprocessScriptLauncher._call_children_scripts)
-    assert "env_copy = os.environ.copy()" in children and "self.procs.append(new_process)" in children  # our env var
+    from lightning.fabric.strategies.launchers import multiprocessing as fabric_multiprocessing
+    from lightning.fabric.strategies.launchers import subprocess_script as fabric_script
+
+    # ScriptLivenessMixin.launch replaces both script launchers' launch: these statements, in this order, and no other
+    replaced = ["self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)",
+                "if not self.cluster_environment.creates_processes_externally:", "self._call_children_scripts()",
+                "_launch_process_observer(self.procs)", "_set_num_threads_if_needed(num_processes=self.num_processes)",
+                "return function(*args, **kwargs)"]
+    for launcher in (_SubprocessScriptLauncher, fabric_script._SubprocessScriptLauncher):
+        body = inspect.getsource(launcher.launch).split('"""')[-1]
+        assert [line.strip() for line in body.splitlines() if line.strip()] == replaced, launcher
+        children = inspect.getsource(launcher._call_children_scripts)
+        assert "env_copy = os.environ.copy()" in children and "self.procs.append(" in children  # our env var
     fork_launch = inspect.getsource(_MultiProcessingLauncher.launch)
     assert "self.procs = process_context.processes" in fork_launch and "self._wrapping_function" in fork_launch
     assert list(inspect.signature(_MultiProcessingLauncher._wrapping_function).parameters)[:4] == [
         "self", "process_idx", "trainer", "function"
     ]
+    assert list(inspect.signature(fabric_multiprocessing._MultiProcessingLauncher._wrapping_function).parameters)[
+        :3] == ["self", "process_idx", "function"]
+    # WorkerWatch finds the workers where multiprocessing keeps its live children (torch starts them as Processes)
+    import multiprocessing.process
+
+    import torch.multiprocessing
+
+    assert isinstance(multiprocessing.process._children, set)
+    assert "process.start()" in inspect.getsource(torch.multiprocessing.start_processes)
     # Lightning keeps a SIGTERM handler installed before fit (ours) and calls it after its own
     assert "sigterm_handlers.append(signal.getsignal(signal.SIGTERM))" in inspect.getsource(
         _SignalConnector.register_signal_handlers
