@@ -427,3 +427,19 @@ def test_snapshot_is_static_html_after_the_live_chart() -> None:
     assert 'class="hpu-snapshot" data-hpu-snapshot="MemoryMonitor"' in second["text/html"]
     final = [d for d, update in published if update][-1]
     assert "(done)" in final["text/html"] and "<svg" in final["text/html"] and "<script" not in final["text/html"]
+
+
+def test_snapshot_draws_throughput_per_step_with_its_own_extremes() -> None:
+    """The snapshot has the live chart's three panels; the throughput ticks are the lowest and highest step rates."""
+    from hpu_nb.notebook.memory_monitor import STAGE, TrainingSummary
+
+    monitor = MemoryMonitor(update_interval=0)
+    _fit(monitor, batches=5)
+    summary = TrainingSummary(monitor)
+    rates = [p[SAMPLES] / p[SECONDS] for p in summary.points if p[STAGE] == 0 and p[BATCHES] > 0 and p[SECONDS] > 0]
+    svg = summary.rate_svg()
+    assert "throughput per step (samples/s)" in svg and "#9467bd" in svg and "nan" not in svg.lower()
+    assert f">{min(rates):,.0f}</text>" in svg and f">{max(rates):,.0f}</text>" in svg
+    page = summary.html()
+    assert page.count("<svg") == 2 and "samples/s per step" in page  # memory; loss + throughput stacked
+    assert svg[svg.index(">") + 1: -len("</svg>")] in summary.training_svg()

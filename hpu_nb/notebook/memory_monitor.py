@@ -606,14 +606,38 @@ class TrainingSummary:
         parts = plot.frame([(low, f"{low:.3g}"), (high, f"{high:.3g}")], label="loss")
         return "".join(parts) + plot.line(LOSS, "#2ca02c") + "</svg>"
 
+    def rate_svg(self, width: int = 640, height: int = 100) -> str:
+        """Throughput per step (each timed training sample's samples / seconds), as the live chart's third panel."""
+        rated = [p[:SECONDS] + [p[SAMPLES] / p[SECONDS]] + p[SECONDS + 1:] if p[STAGE] == 0 and p[BATCHES] > 0
+                 and p[SECONDS] > 0 else p[:SECONDS] + [NAN] + p[SECONDS + 1:] for p in self.points]
+        rates = [p[SECONDS] for p in rated if math.isfinite(p[SECONDS])]
+        if not rates:
+            return ""
+        low, high = min(rates), max(rates)
+        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+        plot = _Plot(rated, width, height, high + pad, 0, ymin=max(0.0, low - pad))
+        parts = plot.frame([(low, f"{low:,.0f}"), (high, f"{high:,.0f}")], label="throughput per step (samples/s)")
+        return "".join(parts) + plot.line(SECONDS, "#9467bd") + "</svg>"
+
+    def training_svg(self, width: int = 640) -> str:
+        """Loss and throughput per step as one picture of two stacked panels (as in the live chart)."""
+        loss, rate = self.loss_svg(width), self.rate_svg(width)
+        if not (loss and rate):
+            return loss or rate
+        inner = [svg[svg.index(">") + 1: -len("</svg>")] for svg in (loss, rate)]  # each without its <svg> tag
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="220" font-family="sans-serif" '
+                f'font-size="10">{inner[0]}<g transform="translate(0,120)">{inner[1]}</g></svg>')
+
     def html(self) -> str:
         lines = self.lines()
         legend = ('<div style="font-size:11px"><span style="color:#1f77b4">━ InUse</span> '
                   '<span style="color:#ff7f0e">━ MaxInUse</span> <span style="color:#d62728">┅ Limit</span> '
                   '<span style="color:#2ca02c">━ training loss</span> '
+                  '<span style="color:#9467bd">━ samples/s per step</span> '
                   '<span style="color:#999">┆ epoch</span></div>')
         body = "<br>".join(html.escape(line) for line in lines[1:])
-        charts = self.memory_svg() + ("<br>" + self.loss_svg() if self.loss_svg() else "")
+        training = self.training_svg()
+        charts = self.memory_svg() + ("<br>" + training if training else "")
         return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
                 f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
 
