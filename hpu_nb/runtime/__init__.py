@@ -67,8 +67,13 @@ def _create_backend() -> DeviceBackend:
         from hpu_nb.emulator.backend import EmulatedBackend
 
         return EmulatedBackend()
+    from hpu_nb.emulator.habana import real_habana_spec
     from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi
 
+    if real_habana_spec() is not None:  # before Habana's import, whose HCCL module does int(PT_HPU_LAZY_MODE)
+        from hpu_nb.runtime.env import lazy_mode_from_env
+
+        lazy_mode_from_env(default=False)  # only checks the value: the mode is Habana's to decide
     found, reason = probe_gaudi()
     if found:
         return GaudiBackend()
@@ -79,8 +84,6 @@ def _create_backend() -> DeviceBackend:
             f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
             "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
         )
-    from hpu_nb.emulator.habana import real_habana_spec
-
     if real_habana_spec() is not None:
         from hpu_nb.runtime.base import HPUNotAvailableError
 
