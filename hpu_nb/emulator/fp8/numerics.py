@@ -7,9 +7,10 @@
 - fp8 values held in float32 (the training layers' fast path): every E4M3 / E5M2 value is exactly a float32, so
   `round_to_fp8_grid` rounds a float32 tensor to the fp8 grid (round to nearest even, subnormals, saturation: bitwise
   the values `quantize(...).float()` gives, checked in tests) with a few vectorised float ops, where torch's fp8 casts
-  are scalar loops on the CPU; `fp8_grid_mm` multiplies such operands with a float32 matmul (exact products, float32
-  accumulation) and applies the inverse scales afterwards, as torch._scaled_mm does. Same quantisation, same scales,
-  float32 accumulation: the results agree with torch._scaled_mm to float32 summation-order error.
+  are scalar loops on the CPU; `fp8_grid_mm` multiplies such operands with a bf16-input matmul (fp8 values are exact
+  bf16 ones; exact products, float32 accumulation and result) and applies the inverse scales afterwards, as
+  torch._scaled_mm does. Same quantisation, same scales, float32 accumulation: the results agree with
+  torch._scaled_mm to float32 summation-order error (bitwise where float32 sums are exact).
 """
 
 from __future__ import annotations

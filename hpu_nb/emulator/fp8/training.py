@@ -6,7 +6,8 @@ fp8 region, Fp8Linear quantises its input and weight to the recipe's forward for
 gradient to the backward format (E5M2 for HYBRID), each with a per-tensor scale from an amax history (delayed scaling:
 this step uses the scale earlier steps chose), multiplies with float32 accumulation and returns bfloat16, as Habana's
 fp8 modules do. The fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast
-on a CPU), so the saved activations take 4 bytes a value where a Gaudi keeps 1. Outside fp8 it is a plain linear.
+on a CPU), so the saved activations take 4 bytes a value where a Gaudi keeps 1; large work tensors are reused from
+step to step. Outside fp8 it is a plain linear.
 """
 
 from __future__ import annotations
