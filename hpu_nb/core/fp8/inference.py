@@ -39,6 +39,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.fp8 import Fp8EngineError
+from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
 MEASURE_CONFIG = "maxabs_measure.json"
 QUANT_CONFIG = "maxabs_quant.json"
@@ -189,7 +190,9 @@ def _read_json(path: Path, missing: str) -> Any:
             "convert_modules(model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...)."
         )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_small_file(path, "fp8 JSON file"))
+    except UnreadableFileError as err:
+        raise Fp8InferenceError(str(err)) from err
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise Fp8InferenceError(f"{path} is not valid JSON ({err}).") from err
 
