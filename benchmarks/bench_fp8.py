@@ -5,12 +5,15 @@ One training step (forward, MSE loss, backward, AdamW step) of an MLP of Linear(
 engine's fp8_autocast for "fp8"), the fp8 model converted by `plugin.convert_modules(model, replace_layers=True)`.
 The three cases take turns round after round (this machine is shared and noisy); each case's median step time is
 reported with the fp8 / 32-true and fp8 / bf16-mixed ratios, in wall time and in the CPU time the process used (with
-one torch thread, the CPU time is the work a step did, whoever else shares the cores). Not a unit test.
+one torch thread, the CPU time is the work a step did, whoever else shares the cores). fp8 runs twice: with the
+fused rounding kernel of the emulated device (what training uses) and with the pure-torch rounding passes it replaces.
+Not a unit test.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from typing import Callable
@@ -18,9 +21,13 @@ from typing import Callable
 import torch
 
 from hpu_nb.core.precision import HPUPrecisionPlugin
+from hpu_nb.emulator.fp8.numerics import fused_rounding_kernel, torch_rounding_passes
 from hpu_nb.runtime import get_backend
 
 PRECISIONS = ("32-true", "bf16-mixed", "fp8")
+# The fp8 case again with the fp8 rounding in torch passes (numerics.torch_rounding_passes), not the fused kernel.
+FP8_TORCH_PASSES = "fp8 (torch passes)"
+CASES = PRECISIONS + (FP8_TORCH_PASSES,)
 
 
 def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
@@ -32,8 +39,10 @@ def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
-def make_case(precision: str, width: int, depth: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[float, float]]:
-    """A step function for `precision` (same initial weights for every case); it returns its (wall, CPU) ms."""
+def make_case(case: str, width: int, depth: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[float, float]]:
+    """A step function for `case` (same initial weights for every case); it returns its (wall, CPU) ms."""
+    precision = "fp8" if case == FP8_TORCH_PASSES else case
+    rounding = torch_rounding_passes if case == FP8_TORCH_PASSES else contextlib.nullcontext
     torch.manual_seed(0)
     model = make_mlp(width, depth)
     plugin = HPUPrecisionPlugin(precision)
@@ -44,10 +53,11 @@ def make_case(precision: str, width: int, depth: int) -> Callable[[torch.Tensor,
 
     def step(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
         start, start_cpu = time.perf_counter(), time.process_time()
-        with plugin.forward_context():
-            out = model(x)
-        loss = torch.nn.functional.mse_loss(out.float(), y)
-        loss.backward()
+        with rounding():
+            with plugin.forward_context():
+                out = model(x)
+            loss = torch.nn.functional.mse_loss(out.float(), y)
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss.item()  # the step is finished
@@ -71,11 +81,11 @@ def main() -> None:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, args.width, generator=g).to("hpu")
     y = torch.randn(args.batch, args.width, generator=g).to("hpu")
-    cases = {p: make_case(p, args.width, args.depth) for p in PRECISIONS}
+    cases = {c: make_case(c, args.width, args.depth) for c in CASES}
     for step in cases.values():
         for _ in range(args.warmup):
             step(x, y)
-    times: dict[str, list[tuple[float, float]]] = {p: [] for p in PRECISIONS}
+    times: dict[str, list[tuple[float, float]]] = {c: [] for c in CASES}
     for _ in range(args.rounds):
         for precision, step in cases.items():
             times[precision].append(step(x, y))
@@ -83,11 +93,13 @@ def main() -> None:
     cpu = {p: statistics.median(t[1] for t in v) for p, v in times.items()}
     print(f"{backend.name} backend; MLP {args.depth} x Linear({args.width}), batch {args.batch}, AdamW;"
           f" {args.rounds} interleaved rounds, median step time; torch threads {torch.get_num_threads()}")
-    print("  precision     wall ms/step   CPU ms/step")
-    for precision in PRECISIONS:
-        print(f"  {precision:10s} {wall[precision]:12.2f} {cpu[precision]:13.2f}")
-    for other in ("32-true", "bf16-mixed"):
-        print(f"  fp8 / {other:10s}  wall {wall['fp8'] / wall[other]:5.2f}   CPU {cpu['fp8'] / cpu[other]:5.2f}")
+    print(f"  fp8 rounding: {'fused kernel' if fused_rounding_kernel() is not None else 'torch passes (no kernel)'}")
+    print("  case                 wall ms/step   CPU ms/step")
+    for case in CASES:
+        print(f"  {case:18s} {wall[case]:12.2f} {cpu[case]:13.2f}")
+    for fp8 in ("fp8", FP8_TORCH_PASSES):
+        for other in ("32-true", "bf16-mixed"):
+            print(f"  {fp8:18s} / {other:10s}  wall {wall[fp8] / wall[other]:5.2f}   CPU {cpu[fp8] / cpu[other]:5.2f}")
 
 
 if __name__ == "__main__":

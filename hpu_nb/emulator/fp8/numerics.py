@@ -11,6 +11,9 @@
   bf16 ones; exact products, float32 accumulation and result) and applies the inverse scales afterwards, as
   torch._scaled_mm does. Same quantisation, same scales, float32 accumulation: the results agree with
   torch._scaled_mm to float32 summation-order error (bitwise where float32 sums are exact).
+- One pass: where the emulated device's library is loaded, `quantize_with_amax` rounds to the grid and takes the
+  tensor's amax in one vectorised C++ pass (`torch.ops.hpu_emu.fp8_round_amax`: the same float32 operations as
+  `round_to_fp8_grid`, so bitwise its results); elsewhere (no library, an older build of it) it runs the torch passes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import contextlib
 import functools
 import math
 import struct
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import torch
 
@@ -117,6 +120,67 @@ def quantize_to_grid(
         scaled = x.float() * scale
     saturate = x_amax is None or not float(x_amax) * scale <= fp8_max(dtype)  # exact product: a safe test
     return round_to_fp8_grid(scaled, dtype, saturate=saturate, scratch=scratch)
+
+
+FUSED_INPUT_DTYPES = (torch.float32, torch.bfloat16)
+FUSED_DEVICE_TYPES = ("cpu", "hpu")  # an emulated hpu tensor's data is host memory
+FUSED_KERNEL = ("hpu_emu", "fp8_round_amax")  # torch.ops namespace and name, in hpu_device.cpp
+_fused_kernel: Optional[Callable[..., float]] = None
+
+
+def fused_rounding_kernel() -> Optional[Callable[..., float]]:
+    """`torch.ops.hpu_emu.fp8_round_amax` where the emulated device's library is loaded and has it, else None (never
+    loads the library: asked again on the next call, as it may be loaded later)."""
+    global _fused_kernel
+    if _fused_kernel is None:
+        try:
+            namespace, name = FUSED_KERNEL
+            _fused_kernel = getattr(getattr(torch.ops, namespace), name)
+        except (AttributeError, RuntimeError):
+            return None
+    return _fused_kernel
+
+
+class _FusedRounding:
+    enabled = True  # False inside torch_rounding_passes()
+
+
+@contextlib.contextmanager
+def torch_rounding_passes() -> Iterator[None]:
+    """Inside the block, quantize_with_amax runs the pure-torch passes even where the fused kernel exists (the
+    reference the kernel is tested and benchmarked against)."""
+    previous = _FusedRounding.enabled
+    _FusedRounding.enabled = False
+    try:
+        yield
+    finally:
+        _FusedRounding.enabled = previous
+
+
+def fused_rounding_applies(x: torch.Tensor) -> bool:
+    """Whether `quantize_with_amax(x, ...)` runs the one-pass kernel (no work tensor needed then)."""
+    return (_FusedRounding.enabled and x.dtype in FUSED_INPUT_DTYPES and x.device.type in FUSED_DEVICE_TYPES
+            and fused_rounding_kernel() is not None)
+
+
+def quantize_with_amax(
+    x: torch.Tensor, scale: Union[float, torch.Tensor], dtype: torch.dtype, need_amax: bool = True,
+    scratch: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Optional[float]]:
+    """(quantize_to_grid(x, scale, dtype), amax_value(x)): what delayed scaling needs of a tensor (quantised with
+    the history's scale, its own amax recorded), in one pass over x where the fused kernel runs. Without it, two
+    torch passes, and the amax (None) only when `need_amax`. `scratch` / `out` as in quantize_to_grid."""
+    if fused_rounding_applies(x):
+        if (out is None or out.shape != x.shape or out.dtype != torch.float32 or out.device != x.device
+                or not out.is_contiguous()):
+            out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        kernel = fused_rounding_kernel()
+        assert kernel is not None
+        x_amax = kernel(x.detach(), to_float32(float(scale)), MANTISSA_BITS[dtype], MIN_NORMAL_EXPONENT[dtype],
+                        fp8_max(dtype), out)
+        return out, x_amax
+    x_amax = amax_value(x) if need_amax else None
+    return quantize_to_grid(x, scale, dtype, x_amax, scratch=scratch, out=out), x_amax
 
 
 def to_float32(value: float) -> float:

@@ -6,8 +6,9 @@ fp8 region, Fp8Linear quantises its input and weight to the recipe's forward for
 gradient to the backward format (E5M2 for HYBRID), each with a per-tensor scale from an amax history (delayed scaling:
 this step uses the scale earlier steps chose), multiplies with float32 accumulation and returns bfloat16, as Habana's
 fp8 modules do. The fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast
-on a CPU), so the saved activations take 4 bytes a value where a Gaudi keeps 1; large work tensors are reused from
-step to step. Outside fp8 it is a plain linear.
+on a CPU; one C++ pass with the amax where the emulated device's library has it), so the saved activations take
+4 bytes a value where a Gaudi keeps 1; large work tensors are reused from step to step. Outside fp8 it is a plain
+linear.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import torch.nn.functional as F
 from hpu_nb.emulator.fp8.numerics import (
     amax_value,
     fp8_grid_mm,
+    fused_rounding_applies,
     inverse_scale,
     max_with_nan,
-    quantize_to_grid,
+    quantize_with_amax,
     scale_value,
 )
 from hpu_nb.runtime.fp8.recipe import DelayedScaling, as_recipe
@@ -122,17 +124,13 @@ class _Fp8Matmul(torch.autograd.Function):
         fwd = recipe.fp8_format.forward_dtype
         x2 = x.reshape(-1, x.shape[-1])
         sx, sw, _ = layer.scale.tolist()
-        x_amax = w_amax = None
-        if layer.training:
-            x_amax, w_amax = amax_value(x2), amax_value(weight)
+        with torch.autocast(x.device.type, enabled=False):  # the plugin's autocast must not lower these matmuls
+            xq, x_amax = layer._quantize("x", x2, sx, fwd, out=layer._take_buffer("x", x2))
+            wq, w_amax = layer._quantize("w", weight, sw, fwd, out=layer._take_buffer("w", weight))
+            out = fp8_grid_mm(xq, wq.t(), inverse_scale(sx, sw), bias)
+        if layer.training:  # delayed scaling: this step used the history's scales, it records its own amaxes
             layer._record(INPUT, x_amax)
             layer._record(WEIGHT, w_amax)
-        with torch.autocast(x.device.type, enabled=False):  # the plugin's autocast must not lower these matmuls
-            xq = quantize_to_grid(x2, sx, fwd, x_amax, scratch=layer._scratch_for("x", x2),
-                                  out=layer._take_buffer("x", x2))
-            wq = quantize_to_grid(weight, sw, fwd, w_amax, scratch=layer._scratch_for("w", weight),
-                                  out=layer._take_buffer("w", weight))
-            out = fp8_grid_mm(xq, wq.t(), inverse_scale(sx, sw), bias)
         if any(ctx.needs_input_grad):
             ctx.save_for_backward(xq, wq)
         else:  # no backward will come for them
@@ -149,12 +147,11 @@ class _Fp8Matmul(torch.autograd.Function):
         layer: Fp8Linear = ctx.layer
         g2 = grad_out.reshape(-1, grad_out.shape[-1])
         sg = float(layer.scale[GRAD])
-        g_amax = amax_value(g2)
-        layer._record(GRAD, g_amax)
         grad_x = grad_w = grad_b = None
         with torch.autocast(grad_out.device.type, enabled=False):
-            gq = quantize_to_grid(g2, sg, ctx.recipe.fp8_format.backward_dtype, g_amax,
-                                  scratch=layer._scratch_for("g", g2), out=layer._scratch_for("gq", g2))
+            gq, g_amax = layer._quantize("g", g2, sg, ctx.recipe.fp8_format.backward_dtype,
+                                         out=layer._scratch_for("gq", g2), need_amax=True)
+            layer._record(GRAD, g_amax)
             if ctx.needs_input_grad[0]:
                 grad_x = fp8_grid_mm(gq, wq, inverse_scale(sg, ctx.sw)).to(ctx.x_dtype).reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
@@ -201,8 +198,17 @@ class Fp8Linear(torch.nn.Module):
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> "Fp8Linear":
         return cls(linear, recipe)
 
-    def _record(self, which: int, value: float) -> None:
+    def _record(self, which: int, value: Optional[float]) -> None:
+        assert value is not None
         self._pending[which].append(value)
+
+    def _quantize(self, role: str, x: torch.Tensor, scale: float, dtype: torch.dtype, out: Optional[torch.Tensor],
+                  need_amax: Optional[bool] = None) -> tuple[torch.Tensor, Optional[float]]:
+        """numerics.quantize_with_amax with this layer's work tensor for `role` (only where the torch passes run);
+        the amax is needed in training (None: `self.training`)."""
+        scratch = None if fused_rounding_applies(x) else self._scratch_for(role, x)
+        need = self.training if need_amax is None else need_amax
+        return quantize_with_amax(x, scale, dtype, need_amax=need, scratch=scratch, out=out)
 
     def _scratch_for(self, role: str, like: torch.Tensor) -> torch.Tensor:
         """A float32 work tensor shaped like `like`, kept between steps (it never leaves this layer's computation)."""

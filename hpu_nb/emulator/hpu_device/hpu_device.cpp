@@ -13,11 +13,14 @@
 //   pointing at the hpu storage);
 // * autocast at the AutocastHPU key with Habana's casting policies (lower precision, fp32, promote, lower the
 //   first argument), for the op names the Python side registers from Habana's lists or the user's list files.
+// * fp8_round_amax: the emulated transformer engine's fp8 rounding (x * scale on the fp8 grid) and the amax of
+//   x, in one vectorised pass (see its comment).
 //
 // Behaviour modelled on Habana's bridge (autocast policies, the PT_DEVMEM out-of-memory text) and on torch's own
 // open-registration example for out-of-tree devices; the code is ours.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
@@ -39,6 +42,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -771,6 +776,101 @@ at::Tensor host_alias(const at::Tensor& t) {
   return cpu_alias(t);
 }
 
+// ----------------------------------------------------------------------------------------------------------------
+// fp8 rounding with amax in one pass (the emulated transformer engine's quantisation, hpu_nb/emulator/fp8/numerics.py)
+// ----------------------------------------------------------------------------------------------------------------
+// Delayed scaling quantises a tensor with the scale its amax history chose and records the tensor's own amax; both
+// are read from the same pass here. Each element: y = clamp(x * scale, -fp8_max, fp8_max), then y is rounded to the
+// fp8 grid by adding and subtracting M = 1.5 * 2**(e + 23 - mantissa bits), 2**e the power of two at or below |y|
+// raised to the format's smallest normal: exactly numerics.round_to_fp8_grid's float32 operations, in the same order,
+// so the results are bitwise those of the pure-torch path (and so of the float8 cast). amax is taken on the bits:
+// for |x| (sign bit cleared) the uint32 order is the float order, and any NaN is above the bits of inf.
+namespace fp8_kernel {
+
+struct Grid {
+  float scale, limit, min_normal, factor;
+};
+
+inline __attribute__((always_inline)) uint32_t round_element(uint32_t in_bits, const Grid& g, float* out) {
+  float x;
+  std::memcpy(&x, &in_bits, 4);
+  float y = x * g.scale;
+  y = y > g.limit ? g.limit : y;  // NaN compares false both times: it stays NaN, as torch.clamp keeps it
+  y = y < -g.limit ? -g.limit : y;
+  uint32_t y_bits;
+  std::memcpy(&y_bits, &y, 4);
+  uint32_t power_bits = y_bits & 0x7F800000u;
+  float power;
+  std::memcpy(&power, &power_bits, 4);
+  power = power < g.min_normal ? g.min_normal : power;
+  const float magic = power * g.factor;  // exact: a power of two times 1.5 * 2**k
+  *out = (y + magic) - magic;
+  return in_bits & 0x7FFFFFFFu;
+}
+
+// One block of float32 (or bfloat16, as its upper 16 bits) input; returns the block's max |x| as bits. Compiled for
+// AVX-512, AVX2 and the baseline, picked at load time by the CPU; the loops vectorise (selects, no branches).
+#define HPU_NB_FP8_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+
+HPU_NB_FP8_CLONES uint32_t round_block_f32(const float* __restrict in, float* __restrict out, int64_t n, Grid g) {
+  uint32_t amax = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, in + i, 4);
+    uint32_t a = round_element(bits, g, out + i);
+    amax = a > amax ? a : amax;
+  }
+  return amax;
+}
+
+HPU_NB_FP8_CLONES uint32_t round_block_bf16(const uint16_t* __restrict in, float* __restrict out, int64_t n, Grid g) {
+  uint32_t amax = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t a = round_element(static_cast<uint32_t>(in[i]) << 16, g, out + i);
+    amax = a > amax ? a : amax;
+  }
+  return amax;
+}
+
+}  // namespace fp8_kernel
+
+// round_to_fp8_grid(x * scale) into `out` (float32, x's shape, contiguous) and max |x| returned (NaN if x has one).
+double fp8_round_amax(const at::Tensor& x, double scale, int64_t mantissa_bits, int64_t min_normal_exponent,
+                      double fp8_max, at::Tensor& out) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
+              "fp8_round_amax rounds float32 or bfloat16 tensors, got ", x.scalar_type());
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_contiguous() && out.sizes() == x.sizes(),
+              "fp8_round_amax: out must be a contiguous float32 tensor of x's shape");
+  TORCH_CHECK(x.device().type() == out.device().type(), "fp8_round_amax: x and out on different devices");
+  TORCH_CHECK(x.device().type() == c10::DeviceType::CPU || x.device().type() == c10::DeviceType::HPU,
+              "fp8_round_amax runs on cpu or (emulated) hpu tensors, got ", x.device());
+  TORCH_CHECK(mantissa_bits >= 1 && mantissa_bits <= 22 && min_normal_exponent > -126 && min_normal_exponent < 0,
+              "fp8_round_amax: mantissa bits ", mantissa_bits, " / smallest normal exponent ", min_normal_exponent,
+              " are not those of a small float format");
+  const at::Tensor input = x.contiguous();  // the data of a cpu or emulated hpu tensor is host memory
+  const int64_t n = input.numel();
+  if (n == 0) return 0.0;
+  const fp8_kernel::Grid grid{static_cast<float>(scale), static_cast<float>(fp8_max),
+                              std::ldexp(1.0f, static_cast<int>(min_normal_exponent)),
+                              1.5f * std::ldexp(1.0f, static_cast<int>(23 - mantissa_bits))};
+  float* dst = out.data_ptr<float>();
+  const bool is_bf16 = input.scalar_type() == at::kBFloat16;
+  const void* src = input.data_ptr();
+  const uint32_t amax_bits = at::parallel_reduce(
+      0, n, 1 << 16, uint32_t{0},
+      [&](int64_t begin, int64_t end, uint32_t ident) {
+        uint32_t block = is_bf16 ? fp8_kernel::round_block_bf16(static_cast<const uint16_t*>(src) + begin,
+                                                                dst + begin, end - begin, grid)
+                                 : fp8_kernel::round_block_f32(static_cast<const float*>(src) + begin, dst + begin,
+                                                               end - begin, grid);
+        return std::max(block, ident);
+      },
+      [](uint32_t a, uint32_t b) { return std::max(a, b); });
+  float amax;
+  std::memcpy(&amax, &amax_bits, 4);
+  return static_cast<double>(amax);  // NaN bits (above inf's) are a NaN
+}
+
 }  // namespace
 }  // namespace hpu_nb
 
@@ -787,4 +887,7 @@ TORCH_LIBRARY(hpu_emu, m) {
   m.def("host_alias(Tensor(a) self) -> Tensor(a)", &hpu_nb::host_alias);
   m.def("register_autocast(str name, str[] overloads, int policy) -> ()", &hpu_nb::register_autocast);
   m.def("clear_autocast() -> ()", &hpu_nb::clear_autocast);
+  m.def("fp8_round_amax(Tensor x, float scale, int mantissa_bits, int min_normal_exponent, float fp8_max,"
+        " Tensor(a!) out) -> float",
+        &hpu_nb::fp8_round_amax);
 }
