@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from hpu_nb.core.strategies import liveness
+from hpu_nb.core.strategies import liveness, rank_processes
 from tests.test_parallel_liveness import COLLECTIVE_TIMEOUT_S, ROOT, RUN_LIMIT_S, assert_no_process_left
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,7 @@ class Run:
 
 def start_run(out: Path, script: str, args: tuple[str, ...], on_end: threading.Semaphore) -> Run:
     env = {**os.environ, "PYTHONPATH": str(ROOT), liveness.TIMEOUT_ENV: str(COLLECTIVE_TIMEOUT_S)}
-    for key in ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", liveness.PARENT_PID_ENV):
+    for key in ("HPU_NB_BACKEND", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", rank_processes.PARENT_PID_ENV):
         env.pop(key, None)
     out.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
@@ -228,8 +228,8 @@ def test_a_rank_outside_every_phase_reports_how_long_it_has_been_there():
 
 
 def test_a_process_is_described_by_how_it_ended():
-    assert liveness.describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
-    assert liveness.describe_exit(3) == "exited with code 3"
+    assert rank_processes.describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert rank_processes.describe_exit(3) == "exited with code 3"
 
 
 def test_stop_processes_ends_a_stopped_process_without_waiting_for_a_kill():
@@ -239,5 +239,5 @@ def test_stop_processes_ends_a_stopped_process_without_waiting_for_a_kill():
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"  # its handler is installed
     os.kill(proc.pid, signal.SIGSTOP)
-    liveness.stop_processes([proc.pid], grace=60)
+    rank_processes.stop_processes([proc.pid], grace=60)
     assert proc.wait(timeout=10) == 15  # ended by its SIGTERM handler, not by the SIGKILL after the grace

@@ -9,10 +9,10 @@ adds to its Lightning base:
   a notebook (the only kind Lightning accepts there); each worker drives its own card (hpu:0 of its process);
 - devices: every process's card is `hpu:0`, so `parallel_devices=[torch.device("hpu")] * n` gives each rank the
   root device hpu:0;
-- liveness (`liveness.py`): a bounded collective timeout (5 minutes unless set), progress reports that name a rank
-  that stops answering, and launchers that leave no process behind however the run ends: `WorkerLivenessMixin` and
-  `ScriptLivenessMixin`, one implementation for Lightning's fork / spawn and script launchers of the Trainer and of
-  Fabric.
+- liveness (`liveness.py`, `rank_processes.py`): a bounded collective timeout (5 minutes unless set), progress reports
+  that name a rank that stops answering, and launchers that leave no process behind however the run ends:
+  `WorkerLivenessMixin` and `ScriptLivenessMixin`, one implementation for Lightning's fork / spawn and script launchers
+  of the Trainer and of Fabric.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import _Subprocess
 from torch import Tensor
 from typing_extensions import override
 
-from hpu_nb.core.strategies import liveness
+from hpu_nb.core.strategies import liveness, rank_processes
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
@@ -135,15 +135,16 @@ class WorkerLivenessMixin(ForkCheckMixin):
     @override
     def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
         self._parent_pid = os.getpid()
-        liveness.skip_garbage_collection_at_exit()  # a script that launched workers ends promptly too
-        before = liveness.multiprocessing_children()
-        watch = liveness.WorkerWatch(lambda: liveness.new_child_processes(before), self._store_address).start()
+        rank_processes.skip_garbage_collection_at_exit()  # a script that launched workers ends promptly too
+        before = rank_processes.multiprocessing_children()
+        watch = rank_processes.WorkerWatch(lambda: rank_processes.new_child_processes(before), self._store_address)
+        watch.start()
         try:
             return super().launch(function, *args, **kwargs)
         except BaseException:
             # KeyboardInterrupt (a notebook's interrupt), SIGTERM turned into an exception, or a failed worker
             # (torch stops the others then, the watch already did): no worker may outlive this call.
-            liveness.stop_processes(watch.running_pids())
+            rank_processes.stop_processes(watch.running_pids())
             raise
         finally:
             watch.stop()
@@ -155,8 +156,8 @@ class WorkerLivenessMixin(ForkCheckMixin):
     def _worker_function(self, function: Callable) -> Callable:
         """In a worker, before it runs `function`: it dies with the launching process and ends on SIGTERM; its
         communication failures name the rank that did not answer."""
-        liveness.die_with_parent(self._parent_pid)
-        liveness.exit_on_sigterm()
+        rank_processes.die_with_parent(self._parent_pid)
+        rank_processes.exit_on_sigterm()
         return _explaining(self._strategy, function)
 
 
@@ -187,9 +188,9 @@ class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
 class ScriptLivenessMixin:
     """For Lightning's script launcher, the Trainer's and Fabric's (put first in the bases; rank 0 runs the script
     again for the other ranks): they die with rank 0 and end on SIGTERM; rank 0 keeps them in check for the rest of
-    its life (`liveness.ScriptRanks`: watched, stopped on its SIGTERM even inside a collective, stopped when it fails,
-    awaited at its exit) — for the rest of its life because Fabric's `fabric.launch()` returns before the training
-    runs; and a stuck rank is named.
+    its life (`rank_processes.ScriptRanks`: watched, stopped on its SIGTERM even inside a collective, stopped when it
+    fails, awaited at its exit) — for the rest of its life because Fabric's `fabric.launch()` returns before the
+    training runs; and a stuck rank is named.
 
     `launch` is Lightning's (validate, start the other ranks, set the thread count, run), with hpu_nb's watch in place
     of Lightning's child-process observer, which SIGKILLs every process, rank 0 included, before it can say which rank
@@ -208,31 +209,31 @@ class ScriptLivenessMixin:
     @override
     def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
         env = self.cluster_environment
-        parent = os.environ.get(liveness.PARENT_PID_ENV)
+        parent = os.environ.get(rank_processes.PARENT_PID_ENV)
         if env.creates_processes_externally and parent is not None and parent == str(os.getppid()):
-            liveness.die_with_parent(int(parent))  # a rank that our rank 0 started
-            liveness.exit_on_sigterm()
+            rank_processes.die_with_parent(int(parent))  # a rank that our rank 0 started
+            rank_processes.exit_on_sigterm()
         function = _explaining(self._strategy, function)
         kwargs.pop("trainer", None)  # the Trainer's launcher is given it; running the function does not need it
         env.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not env.creates_processes_externally:
             self._call_children_scripts()
             address = (env.main_address, env.main_port)
-            liveness.adopt_script_ranks(self.procs, lambda: address, self._strategy._timeout)
+            rank_processes.adopt_script_ranks(self.procs, lambda: address, self._strategy._timeout)
         _set_num_threads_if_needed(num_processes=self.num_processes)
         try:
             return function(*args, **kwargs)
         except BaseException:
-            liveness.stop_script_ranks()  # rank 0 failed or was interrupted: its ranks go with it, now
+            rank_processes.stop_script_ranks()  # rank 0 failed or was interrupted: its ranks go with it, now
             raise
 
     @override
     def _call_children_scripts(self) -> None:
-        os.environ[liveness.PARENT_PID_ENV] = str(os.getpid())
+        os.environ[rank_processes.PARENT_PID_ENV] = str(os.getpid())
         try:
             super()._call_children_scripts()  # type: ignore[misc]
         finally:
-            os.environ.pop(liveness.PARENT_PID_ENV, None)
+            os.environ.pop(rank_processes.PARENT_PID_ENV, None)
 
 
 class HPUSubprocessScriptLauncher(ScriptLivenessMixin, _SubprocessScriptLauncher):
