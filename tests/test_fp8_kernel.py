@@ -217,3 +217,34 @@ def test_fp8_training_with_the_kernel_is_training_with_the_torch_passes(kernel, 
         if hasattr(a, "amax_history"):
             assert torch.equal(a.amax_history, b.amax_history) and torch.equal(a.scale, b.scale)
             assert a.amax_history[:3].abs().sum() > 0  # amaxes were recorded
+
+
+def test_the_fp8_layers_quantise_through_the_kernel(kernel, monkeypatch) -> None:  # noqa: ANN001
+    """One training step of te.Linear on hpu: input and weight (forward) and the gradient (backward) each take one
+    kernel pass, and no torch amax pass runs."""
+    import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+
+    from hpu_nb.emulator.fp8 import training
+
+    calls: list[tuple[torch.dtype, tuple[int, ...]]] = []
+
+    def counting(x, *args):  # noqa: ANN001, ANN002, ANN202
+        calls.append((x.dtype, tuple(x.shape)))
+        return kernel(x, *args)
+
+    def no_torch_amax(x):  # noqa: ANN001, ANN202
+        raise AssertionError("a separate amax pass ran")
+
+    monkeypatch.setattr(numerics, "_fused_kernel", counting)
+    monkeypatch.setattr(numerics, "amax_value", no_torch_amax)
+    monkeypatch.setattr(training, "amax_value", no_torch_amax)
+    te.fp8.FP8GlobalStateManager.reset_global_state()
+    layer = te.Linear(32, 16).to("hpu")
+    x = torch.randn(4, 32, device="hpu", dtype=torch.bfloat16, requires_grad=True)
+    with te.fp8_autocast(enabled=True):
+        out = layer(x)
+    out.float().sum().backward()
+    te.fp8.FP8GlobalStateManager.reset_global_state()
+    assert sorted(calls, key=str) == sorted([(torch.bfloat16, (4, 32)), (torch.float32, (16, 32)),
+                                             (torch.bfloat16, (4, 16))], key=str)
+    assert x.grad is not None and layer.weight.grad is not None

@@ -808,9 +808,17 @@ inline __attribute__((always_inline)) uint32_t round_element(uint32_t in_bits, c
   return in_bits & 0x7FFFFFFFu;
 }
 
-// One block of float32 (or bfloat16, as its upper 16 bits) input; returns the block's max |x| as bits. Compiled for
-// AVX-512, AVX2 and the baseline, picked at load time by the CPU; the loops vectorise (selects, no branches).
+// One block of float32 (or bfloat16, as its upper 16 bits) input; returns the block's max |x| as bits. The loops
+// vectorise (selects, no branches): with GCC on x86-64 Linux they are compiled for AVX-512, AVX2 and the baseline,
+// picked at load time for the CPU (ifunc); other GCC targets get -O3's vectoriser, clang vectorises them at -O2.
+// Contracting y + power * factor into an FMA changes nothing: the product is exact.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define HPU_NB_FP8_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#define HPU_NB_FP8_CLONES __attribute__((optimize("O3")))
+#else
+#define HPU_NB_FP8_CLONES
+#endif
 
 HPU_NB_FP8_CLONES uint32_t round_block_f32(const float* __restrict in, float* __restrict out, int64_t n, Grid g) {
   uint32_t amax = 0;
