@@ -75,7 +75,10 @@ class Run:
         return self.proc.returncode, "".join(self.stderr)
 
     def pid(self, name: str) -> int:
-        return int((self.out / name).read_text())
+        path = self.out / name
+        if not path.exists():  # the run ended before that point (a rendezvous missed on a crowded machine...)
+            pytest.fail(f"the run wrote no {name}:\n{''.join(self.stderr)[-3000:]}")
+        return int(path.read_text())
 
     def seconds_after_stuck(self) -> float:
         """From the moment the rank got stuck (its pid file written) to the end of the run."""
