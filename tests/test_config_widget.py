@@ -56,14 +56,6 @@ def _module_types(model: torch.nn.Module) -> list[str]:
     return [f"{name}:{type(m).__name__}" for name, m in model.named_modules()]
 
 
-def _new_fp8_process(cfg: TrainerConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Quantizing happens in a new process after measuring (as on a Gaudi): start each quantize step as one."""
-    if cfg.precision == "fp8-quantize":
-        from hpu_nb.core.fp8 import inference
-
-        monkeypatch.setattr(inference, "_measured_in_this_process", False)
-
-
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_", "QUANT_CONFIG"))}
 
@@ -152,9 +144,7 @@ def test_generated_code_builds_the_same_trainer(strategy: str, stage: int, offlo
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             namespace: dict[str, Any] = {"model": LinearModel(FEATURES)} if cfg.needs_model else {}
-            _new_fp8_process(cfg, monkeypatch)
             exec(code, namespace)  # noqa: S102 - the generated code, in a fresh namespace
-            _new_fp8_process(cfg, monkeypatch)
             kwargs, model = cfg.build(LinearModel(FEATURES) if cfg.needs_model else None)
             expected = L.Trainer(**kwargs)
         got = namespace["trainer"]

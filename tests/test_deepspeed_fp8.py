@@ -119,7 +119,6 @@ def test_inference_conversion_waits_for_deepspeed_but_its_errors_come_at_once(tm
     from hpu_nb import HPUDeepSpeedPrecisionPlugin
     from hpu_nb.core.fp8 import Fp8QuantLinear, inference
 
-    monkeypatch.setattr(inference, "_measured_in_this_process", False)
     plugin = HPUDeepSpeedPrecisionPlugin("fp8")
     model = make_regressor()
     assert plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=str(tmp_path)) is model
@@ -137,9 +136,7 @@ def test_fp8_inference_on_zero_3_partitioned_weights_is_a_clear_error(tmp_path, 
     from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
     from hpu_nb import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
-    from hpu_nb.core.fp8 import inference
 
-    monkeypatch.setattr(inference, "_measured_in_this_process", False)
     plugin = HPUDeepSpeedPrecisionPlugin("fp8")
     model = plugin.convert_modules(make_regressor(), inference=True, quant=False, fp8_data_path=str(tmp_path))
     strategy = HPUDeepSpeedStrategy(stage=3)

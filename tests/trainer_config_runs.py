@@ -79,7 +79,6 @@ def key(values: dict) -> str:
 
 def run_one(values: dict, workdir: Path, fp8_measured: str) -> dict:
     """Execute the generated code of one combination and train (or predict) with it."""
-    from hpu_nb.core.fp8 import inference
     from hpu_nb.notebook.trainer_config import TrainerConfig
     from tests.models import LinearModel, regression_data
 
@@ -87,7 +86,6 @@ def run_one(values: dict, workdir: Path, fp8_measured: str) -> dict:
         values = dict(values, fp8_data_path=str(workdir / f"measure-{zlib.crc32(key(values).encode())}"))
     elif values["precision"] == "fp8-quantize":
         values = dict(values, fp8_data_path=fp8_measured)
-        inference._measured_in_this_process = False  # quantizing is for a new process: this combination is one
     cfg = TrainerConfig(**values)
     namespace = {"model": LinearModel(FEATURES)} if cfg.needs_model else {}
     exec(cfg.code, namespace)  # noqa: S102 - the generated code, in a fresh namespace

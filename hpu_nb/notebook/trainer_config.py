@@ -236,8 +236,9 @@ class TrainerConfig:
                                  "which its collectives cannot carry. Choose 1 device and strategy auto, single or "
                                  "DeepSpeed.")
             if self.precision == "fp8-quantize":
-                warn("precision", "quantize after measuring, in a new process (restart the kernel after the "
-                                  f"measurement run); the measurements are read from {self._fp8_dir_text}.")
+                warn("precision", "quantize after measuring: the measurement run must have ended (its predict or "
+                                  "test writes them), and the model quantized is a fresh one with the same weights; "
+                                  f"the measurements are read from {self._fp8_dir_text}.")
         if self.relevant("autocast") and self.autocast != "plugin" and self.strategy in ("deepspeed", "fsdp"):
             warn("autocast", f"{self.strategy} manages precision itself; autocast in your own code is on top of it.")
 
@@ -340,10 +341,10 @@ class TrainerConfig:
             return "fp8 training: swaps nn.Linear layers for fp8 ones", {"replace_layers": True}
         path = {"fp8_data_path": self.fp8_data_path} if self._fp8_dir_given else {}
         if self.precision == "fp8-measure":
-            return ("fp8 inference step 1: measure (trainer.predict), then restart and quantize",
+            return ("fp8 inference step 1: measure (trainer.predict), then quantize a fresh model",
                     {"inference": True, "quant": False, **path})
         if self.precision == "fp8-quantize":
-            return ("fp8 inference step 2: quantize with the measurements (a new process)",
+            return ("fp8 inference step 2: quantize a fresh model with the measurements",
                     {"inference": True, "quant": True, **path})
         return None
 

@@ -1,4 +1,7 @@
-"""fp8 inference in two steps, as on a Gaudi: measure (record max-abs statistics), then, in a fresh process, quantize.
+"""fp8 inference in two steps, as on a Gaudi: measure (record max-abs statistics), then quantize.
+
+The two steps may run in one process, as lightning-habana's tests and its mnist example do (the same model, or a
+fresh one, converted for quantize after measuring): measurements of this process not yet written are written first.
 
 Configs are Intel Neural Compressor's fp8 config JSON, read as INC reads it (neural_compressor/torch/algorithms/
 fp8_quant/_quant_common/quant_config.py): every key is optional (mode QUANTIZE, observer maxabs, scale_method
@@ -24,6 +27,7 @@ emulation otherwise); the measurements are written while the model is still on t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -61,7 +65,6 @@ class Fp8InferenceError(RuntimeError):
     """fp8 measurement / quantization cannot proceed (files, process, or model mismatch)."""
 
 
-_measured_in_this_process = False
 _announced: set[tuple[str, Path]] = set()  # directories chosen without fp8_data_path, said once each
 
 
@@ -307,16 +310,22 @@ def plan_inference(quant: Union[bool, str, dict], fp8_data_path: Optional[str]) 
         get_backend().fp8_engine().check_inference_config(config)
     except Fp8EngineError as err:
         raise Fp8InferenceError(str(err)) from None
-    if mode == "QUANTIZE":
-        _refuse_quantizing_after_measuring()
     return InferencePlan(mode, path, config)
 
 
-def _refuse_quantizing_after_measuring() -> None:
-    if _measured_in_this_process:
-        raise Fp8InferenceError(
-            "fp8 measurement and quantization cannot run in one process (as on a Gaudi): this process measured. "
-            "Restart the kernel (or run a new process) and convert with quant=True there.")
+def _measurements_written_first(model: torch.nn.Module, config: Mapping[str, Any]) -> None:
+    """Before quantizing in a process that measured, write this process's measurements of the same file that are not
+    written yet: the model's own (lightning-habana's mnist example quantizes the very model it measured, as INC's
+    prepare / convert flow allows; its measuring hooks come off when they are written), and other models'."""
+    target = Path(config["dump_stats_path"])
+    for other, other_state in list(_states.items()):
+        if (other_state.mode == "measure" and other_state.written is None
+                and Path(other_state.config["dump_stats_path"]) == target):
+            if other is model:
+                finalize_measurements(other)  # nothing recorded (never ran) is an error naming the fix
+            else:
+                with contextlib.suppress(Fp8InferenceError):  # converted to measure but never run: nothing to write
+                    finalize_measurements(other)
 
 
 def prepare_inference(
@@ -331,12 +340,11 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
 
     The rank suffix of the measurement file is fixed here, as INC fixes it when it converts. Returns the model to use.
     """
-    global _measured_in_this_process
     path, config = plan.path, copy.deepcopy(plan.config)
     engine = get_backend().fp8_engine()
     rank_world = rank_and_world()
     if plan.mode == "QUANTIZE":
-        _refuse_quantizing_after_measuring()
+        _measurements_written_first(model, config)
         expected = measurement_file(config, rank_world)
         if not expected.is_file():
             present = _present_measurements(config)
@@ -347,8 +355,6 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
                 f"fp8 measurements {expected} do not exist.{where} Measure first, in another process: convert_modules("
                 "model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...).")
         measurements = None if engine.reads_measurements_itself else read_measurements(expected)
-        if measurements is not None and measurements.get("hpu_nb", {}).get("pid") == os.getpid():
-            raise Fp8InferenceError(f"{expected} was written by this process; quantize in a fresh process.")
         try:
             model = engine.quantize(model, config, measurements)
         except Fp8EngineError as err:
@@ -364,7 +370,6 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
         model = engine.start_measurement(model, config)
     except Fp8EngineError as err:
         raise Fp8InferenceError(str(err)) from None
-    _measured_in_this_process = True
     _states[model] = Fp8InferenceState("measure", path, config, rank_world)
     return model
 
