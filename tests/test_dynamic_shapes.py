@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from hpu_nb import HPUGraphMetrics
 from hpu_nb.runtime import compile_backend, get_backend
-from hpu_nb.notebook.info import render_html, render_text
+from hpu_nb.notebook.info import format_metric, render_html, render_text
 from hpu_nb.runtime.info import collect_info
 
 
@@ -157,7 +157,9 @@ def test_hpu_info_carries_the_metrics(fresh_compiler):
     assert list(info.metrics["graph_compilation"]) == ["TotalNumber", "TotalTime", "AvgTime"]  # Habana's tags only
     assert info.dynamic_shapes is False and "recipe_cache" not in info.metrics
     gc = info.metrics["graph_compilation"]
-    shown = f"TotalNumber 2, TotalTime {gc['TotalTime']}, AvgTime {gc['AvgTime']}"
+    shown = f"TotalNumber 2, TotalTime {format_metric('TotalTime', gc['TotalTime'])}, AvgTime " \
+            f"{format_metric('AvgTime', gc['AvgTime'])}"  # Habana's times are microseconds: shown with their unit
+    assert shown.endswith(("us", "ms", " s"))
     text, page = render_text(info), render_html(info)
     assert text_row(text, "graph_compilation") == shown and text_row(text, "dynamic shapes") == "off"
     assert f"<td><b>graph_compilation</b></td><td>{shown}</td>" in page and "<h4>Metrics</h4>" in page
@@ -173,7 +175,7 @@ def test_on_the_fake_gaudi_the_metrics_are_habana_s(make_fake_gaudi):
     hthpu.enable_dynamic_shape()
     assert collect_info().dynamic_shapes is True and fake.calls.count("enable_dynamic_shape") == 1
     row = text_row(render_text(collect_info()), "graph_compilation")
-    assert row == f"TotalNumber 12, TotalTime 3400, AvgTime {3400 / 12}"
+    assert row == "TotalNumber 12, TotalTime 3.4 ms, AvgTime 283 us"  # Habana's microseconds, with their unit
 
 
 def test_the_environment_switch_is_read_by_a_new_process():
