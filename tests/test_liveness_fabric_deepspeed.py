@@ -1,9 +1,9 @@
-"""Every launcher hpu_nb returns carries the same liveness: a stuck rank under Fabric (script, and fork as from a
-notebook) and under DeepSpeed (script, fork) ends the run, named, with no process left; a stopped rank (SIGSTOP) is
-ended at once, not after torch's 30 s grace; a killed rank is said to have died, and how.
+"""Every launcher hpu_nb returns carries the same liveness: a stuck rank under Fabric (DDP and FSDP from a script, DDP
+forked as from a notebook) and under DeepSpeed (script, fork) ends the run, named, with no process left; a stopped
+rank (SIGSTOP) is ended at once, not after torch's 30 s grace; a killed rank is said to have died, and how.
 
-Real 2-process runs on the emulated Gaudi (tests/dist_scripts/fit.py and fabric_fit.py), all started together by one
-fixture so their waits overlap (the suite stays short): each test then reads its own run. The collective timeout is
+Real 2-process runs on the emulated Gaudi (tests/dist_scripts/fit.py and fabric_fit.py), started by one fixture a few
+at a time so their waits overlap (the suite stays short): each test then reads its own run. The collective timeout is
 short (HPU_NB_COLLECTIVE_TIMEOUT); the only time limit is test_parallel_liveness's generous safety net. After every
 run the process table is checked: no rank, and no process at all started for that run, may be left.
 """
@@ -33,6 +33,7 @@ SCRIPTS = ROOT / "tests" / "dist_scripts"
 STUCK = ("--stuck-rank", "1", "--stuck-step", "1")
 RUNS = {  # name: (script, arguments)
     "fabric_script": ("fabric_fit.py", STUCK),
+    "fabric_fsdp_script": ("fabric_fit.py", (*STUCK, "--strategy", "hpu_fsdp")),
     "fabric_fork": ("fabric_fit.py", (*STUCK, "--start-method", "fork")),
     "deepspeed_script": ("fit.py", (*STUCK, "--strategy", "ds:2")),
     "deepspeed_fork": ("fit.py", (*STUCK, "--strategy", "ds:2", "--start-method", "fork")),
@@ -148,7 +149,7 @@ def _measured(name: str, run: Run) -> None:
 
 
 # -- Fabric -----------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["fabric_script"])
+@pytest.mark.parametrize("name", ["fabric_script", "fabric_fsdp_script"])
 def test_fabric_script_a_stuck_rank_ends_the_run_named_and_leaves_no_orphan(runs, name):
     """Fabric's `fabric.launch()` returns before the training runs: rank 0 keeps its ranks in check for its whole life
     (was: Lightning's plain launcher, gloo's raw timeout, and the stuck rank left running as an orphan)."""
