@@ -19,7 +19,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUParallelMixin
+from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
 from hpu_nb.runtime import get_backend
 
 __all__ = [
@@ -179,6 +179,20 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         with _full_state_dict_offload(self.root_device.type != "cpu"):
             return super().lightning_module_state_dict()
 
+    def full_state_dict(self) -> dict[str, Any]:
+        """The whole model's weights, unflattened, on rank 0 (the other ranks get {}), whatever `state_dict_type`:
+        what the notebook's model loads after a forked fit. A collective: every rank calls it."""
+        import lightning.pytorch.strategies.fsdp as pl_fsdp
+
+        assert self.model is not None
+        with _full_state_dict_offload(self.root_device.type != "cpu"):
+            with pl_fsdp._get_full_state_dict_context(self.model, world_size=self.world_size):
+                return self.model.state_dict()
+
+    @override
+    def _process_launcher(self, start_method: str) -> Any:
+        return _FSDPMultiProcessingLauncher(self, start_method=start_method)
+
     @override
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         with _full_state_dict_offload(self.root_device.type != "cpu"):
@@ -195,6 +209,27 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
         if cls.strategy_name not in cls._registered_strategies:
             cls._registered_strategies.append(cls.strategy_name)
+
+
+class _FSDPMultiProcessingLauncher(HPUMultiProcessingLauncher):
+    """The fork / spawn launcher for FSDP: rank 0 hands the launching process (a notebook's kernel) the full weights.
+
+    Lightning's launcher sends rank 0's `lightning_module.state_dict()`, which under FSDP holds rank 0's flattened
+    shards (`net.0.weight` of shape [1089]): the notebook's model then fails to load them. Here every rank joins the
+    full state dict's gather first and rank 0 sends that.
+    """
+
+    _strategy: HPUFSDPStrategy
+
+    @override
+    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:
+        full = self._strategy.full_state_dict()
+        module = trainer.lightning_module
+        module.state_dict = lambda *args, **kwargs: full  # what Lightning's launcher saves for the launching process
+        try:
+            return super()._collect_rank_zero_results(trainer, results)
+        finally:
+            del module.state_dict
 
 
 @contextmanager

@@ -1,0 +1,98 @@
+"""Two cards from a notebook kernel (fork launcher): every multi-card strategy hands the trained weights back to the
+notebook's model, equal to the same training done by plain torch in one process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = f"""
+import sys, json
+sys.path.insert(0, {str(ROOT)!r})
+import lightning as L, torch
+import hpu_nb
+from tests.dist_scripts.fit import Model, data, make_strategy
+from hpu_nb.core.strategies.fsdp import HPUFSDPStrategy
+
+def fit(strategy):
+    L.seed_everything(7, verbose=False)
+    model = Model()
+    trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, strategy=strategy)
+    trainer.fit(model, data())
+    print(json.dumps({{"launcher": type(trainer.strategy.launcher).__name__,
+                      "weights": {{k: v.tolist() for k, v in model.state_dict().items()}}}}))
+"""
+
+# Each as a user writes it in a cell: FSDP by name (the config widget's code names it too) and with sharded
+# checkpoints + CPU offload, DDP, DeepSpeed ZeRO-3 with the optimizer offloaded.
+CELLS = {
+    "hpu_fsdp": 'fit("hpu_fsdp")',
+    "fsdp sharded offload": 'fit(HPUFSDPStrategy(state_dict_type="sharded", cpu_offload=True))',
+    "hpu_ddp": 'fit("hpu_ddp")',
+    "deepspeed zero-3 offload": 'fit(make_strategy("ds:3:offload"))',
+}
+
+
+def reference_weights() -> dict[str, torch.Tensor]:
+    """The same training in one process with plain torch. Each rank draws its batches of 8 through a DistributedSampler
+    shuffled with the global seed (7), as the workers do; step k's averaged gradient is the gradient over both ranks'
+    k-th batches together."""
+    import lightning as L
+    from torch.utils.data import DistributedSampler
+
+    from tests.dist_scripts.fit import Model, data
+
+    L.seed_everything(7, verbose=False)
+    model = Model()
+    dataset = data().dataset
+    ranks = [list(DistributedSampler(dataset, num_replicas=2, rank=r, shuffle=True, seed=7)) for r in (0, 1)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=model.lr)
+    for start in range(0, len(ranks[0]), 8):
+        x, y = dataset[ranks[0][start : start + 8] + ranks[1][start : start + 8]]
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_every_strategy_hands_the_trained_weights_to_the_notebook(monkeypatch):
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")  # the kernel's environment: FSDP runs in eager mode only
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (SETUP, *CELLS.values())])
+    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3").execute()
+    expected = reference_weights()
+    initial = _initial_weights()
+    for cell, name in zip(nb.cells[1:], CELLS, strict=True):
+        result = json.loads(_stdout(cell).strip().splitlines()[-1])
+        forked = "_FSDPMultiProcessingLauncher" if "fsdp" in name else "HPUMultiProcessingLauncher"
+        assert result["launcher"] == forked, name  # forked workers, as Lightning requires in Jupyter
+        got = {k: torch.tensor(v) for k, v in result["weights"].items()}
+        assert got.keys() == expected.keys(), name
+        for key, want in expected.items():
+            assert got[key].shape == want.shape, (name, key)
+            assert not torch.equal(got[key], initial[key]), (name, key)  # trained, not the notebook's initial model
+            error = float((got[key] - want).abs().max())
+            assert torch.allclose(got[key], want, rtol=1e-5, atol=1e-6), (name, key, error)
+
+
+def _initial_weights() -> dict[str, torch.Tensor]:
+    import lightning as L
+
+    from tests.dist_scripts.fit import Model
+
+    L.seed_everything(7, verbose=False)
+    return Model().state_dict()
+
+
+def _stdout(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
