@@ -167,7 +167,8 @@ class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         self.procs = []  # this launch's workers only: never signal a pid left from an earlier launch
-        return super().launch(function, *args, trainer=trainer, **kwargs)
+        with _callbacks_following_workers(trainer):
+            return super().launch(function, *args, trainer=trainer, **kwargs)
 
     @override
     def _wrapping_function(self, process_idx: int, trainer: Any, function: Callable, *args: Any, **kwargs: Any) -> None:
@@ -183,6 +184,17 @@ class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
             super()._recover_results_in_main_process(worker_output, trainer)
         finally:
             del io.load_checkpoint
+
+
+@contextlib.contextmanager
+def _callbacks_following_workers(trainer: Any) -> Iterator[None]:
+    """Around a launch, the Trainer's callbacks that follow the workers from this process (a notebook's kernel), e.g.
+    MemoryMonitor.workers_launched: no callback hook runs in the launching process otherwise."""
+    with contextlib.ExitStack() as stack:
+        for callback in getattr(trainer, "callbacks", None) or []:
+            if callable(getattr(type(callback), "workers_launched", None)):
+                stack.enter_context(callback.workers_launched(trainer))
+        yield
 
 
 class ScriptLivenessMixin:
