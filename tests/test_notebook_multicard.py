@@ -96,3 +96,49 @@ def _initial_weights() -> dict[str, torch.Tensor]:
 
 def _stdout(cell) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+
+
+# -- MemoryMonitor on 2 cards: rank 0 of the forked workers streams to the kernel's chart ------------------------------
+MONITOR = """
+import threading
+from hpu_nb.notebook.memory_monitor import MemoryMonitor, unpack_points
+monitor = MemoryMonitor(update_interval=0)
+during_fit = []  # the chart's updates and the thread that made them
+monitor.chart.observe(lambda change: during_fit.append((threading.current_thread().name, change["name"])),
+                      names=["delta", "ranks"])
+L.seed_everything(7, verbose=False)
+trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=2, logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+                    strategy=make_strategy("{strategy}", start_method="fork"), callbacks=[monitor])
+trainer.fit(Model(), data())
+print(json.dumps({{"status": monitor.status, "chart_status": monitor.chart.status, "samples": monitor.samples,
+                  "points": [p[:4] for p in monitor.history.points], "ranks": monitor.rank_history,
+                  "during_fit": during_fit, "stage": monitor.chart.stage, "summary": monitor.chart.summary}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("strategy", ["auto", "ds:3:offload"])
+def test_memory_monitor_on_two_cards_draws_every_rank_live(strategy):
+    sources = (SETUP, MONITOR.format(strategy=strategy))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    cell = nb.cells[1]
+    result = json.loads(_stdout(cell).strip().splitlines()[-1])
+    assert result["status"] == result["chart_status"] == "done" and result["stage"] == "fit"
+    # the starting point and 2 epochs x 4 batches, sampled by the workers' rank 0, numbered as a script's rank 0 does
+    assert [p[0] for p in result["points"]] == list(range(1, 10))
+    batches = result["points"][1:]  # the starting point comes before the model is on the card
+    assert all(p[2] > 0 and p[3] >= p[2] for p in batches), result["points"]  # InUse <= MaxInUse
+    ranks = result["ranks"]
+    assert ranks["x"] == list(range(2, 10))  # gathered at every training step (log_every_n_steps=1)
+    assert all(len(row) == 2 and min(row) > 0 for row in ranks["in_use"])  # both ranks' memory
+    # drawn while the workers ran: by the thread that follows them (it ends before fit returns), points and ranks
+    relayed = [trait for thread, trait in result["during_fit"] if thread == "MemoryMonitor relay"]
+    assert set(relayed) == {"delta", "ranks"} and relayed.count("ranks") == 8
+    assert "9 batches sampled (done)" in result["summary"] and "rank 1" in result["summary"]
+    kinds = [o.get("data", {}) for o in cell.outputs if o["output_type"] == "display_data"]
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in kinds)  # the live chart, in the fit's cell
+    stderr = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stderr")
+    assert "all_gather is deprecated" not in stderr

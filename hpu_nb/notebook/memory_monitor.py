@@ -13,7 +13,9 @@ survives); the chart gets only the points added since its last update, at most e
 one binary buffer in one message. A widget or front-end failure is reported once and never stops training. After the
 live chart the monitor displays its snapshot (hpu_nb.notebook.snapshot: text / HTML summary with static SVG charts),
 re-published when a run ends: it is what a saved notebook shows without a kernel, and all a headless run has. A
-forked or spawned worker (multi-device runs) records but never writes to the kernel's front end.
+forked or spawned worker (multi-device runs) never writes to the kernel's front end itself: on several cards from a
+notebook (forked workers) rank 0 sends its samples and the gathered ranks' memory through a pipe to the kernel's
+monitor, which draws them live and keeps the same history and summary as a script's rank 0 (`_WorkerRelay`).
 
 Out of memory: the figures of the chart, the message and the counter table all come from one record (`monitor.oom`),
 read from the error itself (its `in_use` / `requested` / `limit` attributes, else its message).
@@ -27,13 +29,17 @@ from __future__ import annotations
 
 import html
 import math
+import multiprocessing
 import os
 import re
 import statistics
+import threading
 import time
 import uuid
 import warnings
 from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +61,7 @@ FIELDS = ("x", "Limit", "InUse", "MaxInUse", "stage", "epoch", "loss", "seconds"
 X, LIMIT, IN_USE, MAX_IN_USE, STAGE, EPOCH, LOSS, SECONDS, SAMPLES, BATCHES = range(len(FIELDS))
 NAN = float("nan")
 MAX_RANK_POINTS = 240  # per-rank samples kept (they come every log_every_n_steps)
+ALL_GATHER_DEPRECATED = r"torch\.distributed\.nn\.functional\.all_gather is deprecated"
 
 
 class ChartHistory:
@@ -197,6 +204,9 @@ class MemoryMonitor(Callback):
         self._shown_in: int | None = None
         self._finished = True
         self._owner_pid = os.getpid()
+        self._relay: Any = None  # the pipe's sending end while forked workers run (their rank 0 writes to it)
+        self._relayed: list[list[float]] = []  # rank 0 of forked workers: points not yet sent to the kernel
+        self._worker_status: str | None = None  # in the kernel: how the workers' run ended, as rank 0 said
         self.chart: TrainingChart | None = None
         self._guard(self._make_chart)
 
@@ -206,23 +216,30 @@ class MemoryMonitor(Callback):
         # In a forked / spawned worker (multi-device runs) the kernel's sockets are not ours to write to.
         if os.getpid() != self._owner_pid or getattr(trainer, "global_rank", 0) != 0:
             self.detached = f"rank {getattr(trainer, 'global_rank', '?')} in worker process {os.getpid()}"
-        self.history.clear()
-        self.rank_history = {"x": [], "in_use": [], "max_in_use": []}
-        self._pending, self._needs_reset, self.samples = [], True, 0
-        self._last_batch_end = None
-        self._finished = False
-        self.device_label, self.is_emulated = _backend_label()
+            if getattr(trainer, "global_rank", 0) != 0:
+                self._relay = None  # only rank 0 reports to the kernel
+        self._start_run(str(getattr(stage, "value", stage)))
         if self.reset_peak and _is_hpu(trainer):
             from hpu_nb.runtime import get_backend
 
             get_backend().reset_peak_memory_stats()
-        self.status, self.stage, self.oom = "running", str(getattr(stage, "value", stage)), {}
+        self._send_to_kernel("setup", stage=self.stage, device_label=self.device_label, is_emulated=self.is_emulated)
+        self._sample(trainer, None)  # the starting point: parameters already on the device
+        self._push(force=True)
+
+    def _start_run(self, stage: str) -> None:
+        """A run starts: a fresh history, status running, the chart shown in the training cell."""
+        self.history.clear()
+        self.rank_history = {"x": [], "in_use": [], "max_in_use": []}
+        self._pending, self._needs_reset, self.samples, self._relayed = [], True, 0, []
+        self._last_batch_end = None
+        self._finished = False
+        self.device_label, self.is_emulated = _backend_label()
+        self.status, self.stage, self.oom = "running", stage, {}
         self._guard(self._set, status=self.status, stage=self.stage, oom={}, summary="", ranks={},
                     device_label=self.device_label, is_emulated=self.is_emulated)
         if self.auto_display and self.detached is None:
             self._guard(self._show_in_current_cell)
-        self._sample(trainer, None)  # the starting point: parameters already on the device
-        self._push(force=True)
 
     @override
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -230,6 +247,8 @@ class MemoryMonitor(Callback):
 
     @override
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self._finished:
+            return  # the kernel after forked workers failed: finished with what their rank 0 said
         message = str(exception)
         if is_out_of_memory(exception) or "out of memory" in message.lower():
             stats = self._sample(trainer, None) or dict(self.current)
@@ -302,15 +321,20 @@ class MemoryMonitor(Callback):
             point = [self.samples, int(stats.get("Limit", 0)), in_use, int(stats.get("MaxInUse", in_use)),
                      _stage_index(self._stage_name(trainer)), int(getattr(trainer, "current_epoch", 0)),
                      NAN if loss is None else loss, seconds, samples, 0 if math.isnan(seconds) else 1]
-            if self.history.append(point):
-                self._needs_reset = True
-                self._pending = []
-            else:
-                self._pending.append(point)
+            self._record(point)
+            if self._relay is not None:
+                self._relayed.append(point)
         self.current = {k: int(v) if isinstance(v, (int, float)) else v for k, v in stats.items()}
         if time.monotonic() - self._last_push >= self.update_interval:
             self._push()
         return stats
+
+    def _record(self, point: list[float]) -> None:
+        if self.history.append(point):
+            self._needs_reset = True
+            self._pending = []
+        else:
+            self._pending.append(point)
 
     def _gather_ranks(self, trainer: Any) -> None:
         """Every rank's InUse / MaxInUse to rank 0 (a collective: every rank runs this at the same step)."""
@@ -320,7 +344,9 @@ class MemoryMonitor(Callback):
             stats = self.current
             mine = torch.tensor([stats.get("InUse", 0) / 1024.0, stats.get("MaxInUse", 0) / 1024.0],
                                 dtype=torch.float32, device=trainer.strategy.root_device)
-            everyone = trainer.strategy.all_gather(mine).reshape(-1, 2).cpu().tolist()
+            with warnings.catch_warnings():  # Lightning's all_gather goes through torch's deprecated functional one
+                warnings.filterwarnings("ignore", message=ALL_GATHER_DEPRECATED)
+                everyone = trainer.strategy.all_gather(mine).reshape(-1, 2).cpu().tolist()
         except Exception as err:  # noqa: BLE001 - a monitor must never stop training
             self._disable(f"gathering the ranks' memory failed: {type(err).__name__}: {err}")
             return
@@ -331,6 +357,7 @@ class MemoryMonitor(Callback):
         for key in history:
             del history[key][:-MAX_RANK_POINTS]
         self._guard(self._set, ranks=dict(history))
+        self._send_to_kernel("ranks", ranks=dict(history))
 
     def _log(self, trainer: Any, hook: str, stats: dict[str, Any] | None) -> None:
         if stats is None:
@@ -359,6 +386,11 @@ class MemoryMonitor(Callback):
 
     def _push(self, force: bool = False) -> None:
         """Send the new points and the current counters in one message."""
+        if self._relayed:
+            for point in self._relayed:
+                point[LOSS] = _as_float(point[LOSS])
+            self._send_to_kernel("points", points=self._relayed, current=dict(self.current))
+            self._relayed = []
         if not (force or self._pending or self._needs_reset):
             return
         self._last_push = time.monotonic()
@@ -397,6 +429,7 @@ class MemoryMonitor(Callback):
         self.status = status
         self._needs_reset = True
         self._push(force=True)
+        self._send_to_kernel("finish", status=status, oom=dict(self.oom))
         self._guard(self._set, status=status, summary=TrainingSummary(self).text())
         if self.detached is None:
             self._guard(self._update_displays)
@@ -423,6 +456,66 @@ class MemoryMonitor(Callback):
             self.frontend_error = reason
             warnings.warn(f"MemoryMonitor stopped updating its chart ({reason}); training goes on.", RuntimeWarning,
                           stacklevel=3)
+
+    # -- forked workers: rank 0 reports to the kernel's monitor --------------------------------------------------
+    @contextmanager
+    def workers_launched(self, trainer: Any) -> Iterator[None]:
+        """Around a launch of forked workers, in the launching process (hpu_nb's launcher calls it): the chart shows
+        in the training cell and follows what the workers' rank 0 sends; the run ends with rank 0's status."""
+        launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
+        if os.getpid() != self._owner_pid or getattr(launcher, "_start_method", None) != "fork":
+            yield  # spawned workers inherit no pipe: they record, as before, and the kernel's monitor stays idle
+            return
+        receiving, self._relay = multiprocessing.Pipe(duplex=False)
+        relay = _WorkerRelay(self, receiving)
+        self._worker_status, self.detached = None, None
+        self._start_run("")
+        self._push(force=True)
+        relay.start()
+        try:
+            yield
+        except BaseException:
+            self._stop_relay(relay)
+            if self._worker_status == "oom":
+                self._finish("oom")
+            raise
+        self._stop_relay(relay)
+        self._finish(self._worker_status or "done")
+
+    def _stop_relay(self, relay: _WorkerRelay) -> None:
+        sending, self._relay = self._relay, None
+        relay.stop(sending)
+
+    def _send_to_kernel(self, kind: str, **message: Any) -> None:
+        """In rank 0 of forked workers: one message to the kernel's monitor (never stops training)."""
+        if self._relay is None or os.getpid() == self._owner_pid:
+            return
+        try:
+            self._relay.send((kind, message))
+        except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+            self._relay = None
+            warnings.warn(f"MemoryMonitor could not report to the notebook ({type(err).__name__}: {err}); training "
+                          "goes on.", RuntimeWarning, stacklevel=3)
+
+    def _received(self, kind: str, message: dict[str, Any]) -> None:
+        """In the kernel: apply what rank 0 of the workers sent, as if this monitor had sampled it."""
+        if kind == "setup":
+            self.stage, self.device_label, self.is_emulated = (message["stage"], message["device_label"],
+                                                               message["is_emulated"])
+            self._guard(self._set, stage=self.stage, device_label=self.device_label, is_emulated=self.is_emulated)
+        elif kind == "points":
+            for point in message["points"]:
+                self.samples = int(point[X])
+                self._record(point)
+            self.current = message["current"]
+            self._push(force=True)
+        elif kind == "ranks":
+            self.rank_history = message["ranks"]
+            self._guard(self._set, ranks=dict(self.rank_history))
+        elif kind == "finish":
+            self._worker_status, self.oom = message["status"], message["oom"]
+            if self.oom:
+                self._guard(self._set, oom=self.oom)
 
     # -- display ----------------------------------------------------------------------------------------------
     def _live(self) -> dict[str, Any] | None:
@@ -467,6 +560,40 @@ class MemoryMonitor(Callback):
         """Limit minus the peak, in bytes (None before any sample)."""
         limit = TrainingSummary(self).limit
         return None if limit is None else limit - self.peak
+
+
+class _WorkerRelay:
+    """The kernel's end of the pipe from the workers' rank 0: a thread hands each message to the monitor while the
+    cell waits for the workers (the chart's updates are widget messages: any thread of the kernel may send them)."""
+
+    def __init__(self, monitor: MemoryMonitor, receiving: Any) -> None:
+        self.monitor, self.receiving = monitor, receiving
+        self.thread = threading.Thread(target=self._run, name="MemoryMonitor relay", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, sending: Any) -> None:
+        """After the workers ended: everything they sent is read, then the thread ends on our own last message."""
+        try:
+            sending.send(("end", {}))
+        finally:
+            sending.close()
+        self.thread.join(timeout=30)
+        self.receiving.close()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                kind, message = self.receiving.recv()
+            except (EOFError, OSError):
+                return
+            if kind == "end":
+                return
+            try:
+                self.monitor._received(kind, message)
+            except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+                self.monitor._disable(f"following the workers failed: {type(err).__name__}: {err}")
 
 
 class TrainingSummary:
