@@ -87,10 +87,16 @@ def test_bad_start_method_is_refused():
 
 
 # -- HCCL reduce semantics -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["product", torch.distributed.ReduceOp.PRODUCT, "band"])
-def test_reduce_ops_hccl_lacks_are_clear_errors(op):
-    with pytest.raises(ValueError, match="HCCL reduces with 'sum', 'min' or 'max', and 'mean'"):
+@pytest.mark.parametrize("op", ["band", torch.distributed.ReduceOp.BAND, "bxor"])
+def test_reduce_ops_hccl_lacks_are_type_errors_as_in_lightning_habana(op):
+    with pytest.raises(TypeError, match="HCCL reduces with 'sum', 'product', 'min' or 'max', and 'mean'"):
         reduce_op_name(op)
+
+
+@pytest.mark.parametrize("op", ["product", "PROD", torch.distributed.ReduceOp.PRODUCT])
+def test_product_is_an_hccl_reduction(op):
+    """HCCL has hcclProd (the bridge's hccl_kernels.cpp); hpu_nb refused it."""
+    assert reduce_op_name(op) == "product"
 
 
 def test_reduce_without_process_group_returns_the_tensor():
@@ -106,6 +112,7 @@ def _reduce_worker(rank: int, port: int, out_dir: str) -> None:
             "sum": hccl_reduce(base.clone(), reduce_op="sum").tolist(),
             "min": hccl_reduce(base.clone(), reduce_op=torch.distributed.ReduceOp.MIN).tolist(),
             "max": hccl_reduce(base.clone(), reduce_op="MAX").tolist(),
+            "product": hccl_reduce(base.clone(), reduce_op="product").tolist(),
         }
         mean = hccl_reduce(base.clone(), reduce_op="mean")
         results["mean"], results["mean_dtype"] = mean.tolist(), str(mean.dtype)
@@ -146,7 +153,7 @@ def test_reduce_semantics_across_two_processes(tmp_path):
     start_processes(_reduce_worker, args=(find_free_network_port(), str(tmp_path)), nprocs=2, start_method="fork")
     for rank in range(2):
         got = json.loads((tmp_path / f"reduce{rank}.json").read_text())
-        assert got["sum"] == [3, 30] and got["min"] == [1, 10] and got["max"] == [2, 20]
+        assert got["sum"] == [3, 30] and got["min"] == [1, 10] and got["max"] == [2, 20] and got["product"] == [2, 200]
         assert got["mean"] == [1.5, 15.0] and got["mean_dtype"] == "torch.float32"  # Long -> float, sum / 2
         assert got["avg"] == [0.5]
 

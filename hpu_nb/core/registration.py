@@ -168,6 +168,11 @@ def _hook_connector(
     def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = flags_signature.bind(self, *args, **kwargs)
         precision, accelerator = call.arguments.get("precision"), call.arguments.get("accelerator")
+        if getattr(call.arguments.get("strategy"), "parallel_devices_defaulted", False):
+            # devices the strategy only defaulted (known before set-up, as lightning-habana's): Lightning would take
+            # them over `devices=`; let it choose from `devices=` instead
+            call.arguments["strategy"].parallel_devices = None
+            call.arguments["strategy"].parallel_devices_defaulted = False
         if accelerator in ("auto", None) and selection.asks_for_hpu(call.arguments.get("strategy"),
                                                                      call.arguments.get("plugins")):
             call.arguments["accelerator"] = accelerator = "hpu"

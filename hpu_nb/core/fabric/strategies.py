@@ -22,6 +22,7 @@ from lightning.fabric.strategies.single_device import SingleDeviceStrategy
 from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
+from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
 from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
@@ -76,9 +77,10 @@ class _FabricLaunchers:
         return _FabricMultiProcessingLauncher(self, start_method=start_method)
 
 
-def _register(cls: type, registry: Any, *names: str) -> None:
+def _register(cls: type, registry: Any, *names: str, **init_params: Any) -> None:
     for name in names:
-        registry.register(name, cls, description=(cls.__doc__ or cls.__name__).splitlines()[0], override=True)
+        registry.register(name, cls, description=(cls.__doc__ or cls.__name__).splitlines()[0], override=True,
+                          **init_params)
 
 
 class SingleHPUStrategy(_FabricHPUSteps, SingleDeviceStrategy):
@@ -106,10 +108,18 @@ class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, D
 
     strategy_name = "hpu_parallel"  # Lightning's DDPStrategy arguments; start_method is HPUParallelMixin's
 
+    def __init__(self, accelerator: Any = None, parallel_devices: list[torch.device] | None = None, *args: Any,
+                 default_devices: bool = True, **kwargs: Any) -> None:
+        defaulted = parallel_devices is None and default_devices  # not for the instances Fabric makes from a name
+        if defaulted:  # known at once, as lightning-habana's were; Fabric's `devices=` still decides (registration.py)
+            parallel_devices = HPUAccelerator.get_parallel_devices(HPUAccelerator.auto_device_count())
+        super().__init__(accelerator, parallel_devices, *args, **kwargs)
+        self.parallel_devices_defaulted = defaulted
+
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        _register(cls, strategy_registry, cls.strategy_name)
+        _register(cls, strategy_registry, cls.strategy_name, default_devices=False)
 
 
 class HPUDDPStrategy(HPUParallelStrategy):

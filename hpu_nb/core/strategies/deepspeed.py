@@ -31,6 +31,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from lightning_utilities import apply_to_collection
 from typing_extensions import override
 
+from hpu_nb.core import noise
 from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin
@@ -338,21 +339,23 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         self._set_node_environment_variables()
         backend = self._prepare_hpu_distributed()
         deepspeed.init_distributed(backend, distributed_port=self.cluster_environment.main_port, timeout=self._timeout)
+        noise.use_current_collective_names()  # torch's current names: no deprecation warning at every step
 
     # -- deepspeed.initialize: each process drives its own card, named by its local rank ------------------------
     @override
     def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> tuple[Any, Any]:
         import deepspeed
 
-        engine, ds_optimizer, _, _ = deepspeed.initialize(
-            args=self._deepspeed_args(),
-            config=self.config,
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            optimizer=optimizer,
-            lr_scheduler=lr_scheduler,
-            dist_init_required=False,
-        )
+        with noise.quiet_deepspeed_initialize():  # no "untested optimizer": Lightning lets every optimizer through
+            engine, ds_optimizer, _, _ = deepspeed.initialize(
+                args=self._deepspeed_args(),
+                config=self.config,
+                model=model,
+                model_parameters=[p for p in model.parameters() if p.requires_grad],
+                optimizer=optimizer,
+                lr_scheduler=lr_scheduler,
+                dist_init_required=False,
+            )
         return engine, ds_optimizer
 
     @override

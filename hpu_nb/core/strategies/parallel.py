@@ -33,6 +33,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import _Subprocess
 from torch import Tensor
 from typing_extensions import override
 
+from hpu_nb.core import noise
 from hpu_nb.core.strategies import liveness, rank_processes
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
@@ -44,38 +45,41 @@ __all__ = [
 ]
 
 START_METHODS = ("popen", "fork", "spawn", "forkserver")
-REDUCE_OPS = ("sum", "min", "max", "mean")
+REDUCE_OPS = ("sum", "product", "min", "max", "mean")  # HCCL's (the bridge's hccl_kernels.cpp), mean = sum / size
 
 
 # -- HCCL reduce semantics ------------------------------------------------------------------------------------------
 def reduce_op_name(reduce_op: Any) -> str:
-    """'sum' | 'min' | 'max' | 'mean' for a string or ReduceOp; a clear error for what HCCL cannot do."""
+    """'sum' | 'product' | 'min' | 'max' | 'mean' for a string or ReduceOp; a TypeError (as lightning-habana raised)
+    for what HCCL cannot do."""
     from torch.distributed import ReduceOp
 
     if reduce_op is None:
         return "mean"
     if isinstance(reduce_op, str):
         name = reduce_op.strip().lower()
-        name = "mean" if name == "avg" else name
+        name = {"avg": "mean", "prod": "product"}.get(name, name)
         if name in REDUCE_OPS:
             return name
     else:
-        for name, op in (("sum", ReduceOp.SUM), ("min", ReduceOp.MIN), ("max", ReduceOp.MAX), ("mean", ReduceOp.AVG)):
+        for name, op in (("sum", ReduceOp.SUM), ("product", ReduceOp.PRODUCT), ("min", ReduceOp.MIN),
+                         ("max", ReduceOp.MAX), ("mean", ReduceOp.AVG)):
             try:
                 if reduce_op == op:
                     return name
             except TypeError:
                 break
-    raise ValueError(
-        f"reduce_op={reduce_op!r} is not supported on HPU: HCCL reduces with 'sum', 'min' or 'max', and 'mean'"
-        " (= sum / world size)."
+    raise TypeError(
+        f"reduce_op={reduce_op!r} is not supported on HPU: HCCL reduces with 'sum', 'product', 'min' or 'max', and"
+        " 'mean' (= sum / world size)."
     )
 
 
 def hccl_reduce(tensor: Tensor, group: Any = None, reduce_op: Any = "mean") -> Tensor:
     """All-reduce `tensor` across the group the way HCCL does; integer tensors are cast to float for a mean.
 
-    sum / min / max reduce in place, like Lightning's DDP reduce. Without a process group the tensor comes back as is.
+    sum / product / min / max reduce in place, like Lightning's DDP reduce. Without a process group the tensor comes
+    back as is.
     """
     name = reduce_op_name(reduce_op)
     if not isinstance(tensor, Tensor) or not _distributed_is_initialized():
@@ -363,7 +367,7 @@ class HPUParallelMixin:
 
     @override
     def barrier(self, *args: Any, **kwargs: Any) -> None:
-        with self._tracked("barrier"):
+        with self._tracked("barrier"), noise.quiet_barrier():
             return super().barrier(*args, **kwargs)  # type: ignore[misc]
 
     @override

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup, ReduceOp
 
 BACKEND_NAME = "hccl"
-_NATIVE_OPS = {ReduceOp.SUM: "sum", ReduceOp.MIN: "min", ReduceOp.MAX: "max"}
+_NATIVE_OPS = {ReduceOp.SUM: "sum", ReduceOp.PRODUCT: "product", ReduceOp.MIN: "min", ReduceOp.MAX: "max"}  # HCCL's
 
 
 _FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
@@ -45,7 +45,7 @@ def _reduce_op(op: Any) -> tuple[Any, bool]:
     for native in _NATIVE_OPS:
         if op == native:
             return native, False
-    raise ValueError(f"HCCL reduces with sum, min, max or avg (= sum / world size), not {op}.")
+    raise ValueError(f"HCCL reduces with sum, product, min, max or avg (= sum / world size), not {op}.")
 
 
 class EmulatedHCCL(ProcessGroup):

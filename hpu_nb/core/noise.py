@@ -1,0 +1,83 @@
+"""Warnings of hpu_nb's dependencies that carry no action for a user, kept out of the output where hpu_nb makes the
+call (never with a process-wide filter).
+
+- torch's `barrier(): using the device under current context ... specify device_id in init_process_group`: hpu_nb
+  (through Lightning / DeepSpeed) creates the process group, not the user; ignored around the strategies' barrier
+  and `deepspeed.initialize` (ZeRO-3's own barriers).
+- torch's "`torch.distributed.all_gather_into_tensor` / `reduce_scatter_tensor` is deprecated": DeepSpeed's comm
+  backend calls the old names; once DeepSpeed's backend exists it is given the new ones (`all_gather_single`,
+  `reduce_scatter_single`, the same operations), so the warning is never triggered.
+- DeepSpeed's "You are using ZeRO with an untested optimizer, proceed with caution": Lightning allows any optimizer
+  (`zero_allow_untested_optimizer`); the record is dropped from DeepSpeed's logger while `deepspeed.initialize` runs.
+- Lightning's all_gather goes through torch's deprecated `torch.distributed.nn.functional.all_gather` (a warning per
+  call site): ignored around MemoryMonitor's gather of the ranks' memory (hpu_nb.notebook.memory_monitor).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+BARRIER_DEVICE = r"barrier\(\): using the device under current context"
+UNTESTED_OPTIMIZER = "You are using ZeRO with an untested optimizer"
+DEEPSPEED_LOGGER = "DeepSpeed"
+
+
+@contextmanager
+def quiet_barrier() -> Iterator[None]:
+    """Around a barrier hpu_nb's strategy calls (a few per run: the warnings registry reset is harmless there)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=BARRIER_DEVICE, category=UserWarning)
+        yield
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *fragments: str) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(fragment in message for fragment in self.fragments)
+
+
+@contextmanager
+def without_log_messages(logger_name: str, *fragments: str) -> Iterator[None]:
+    """Drop the records of one logger that contain one of `fragments`, for the duration of the block."""
+    logger = logging.getLogger(logger_name)
+    dropping = _DropMessages(*fragments)
+    logger.addFilter(dropping)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropping)
+
+
+@contextmanager
+def quiet_deepspeed_initialize() -> Iterator[None]:
+    """Around `deepspeed.initialize`: no "untested optimizer" record (Lightning lets every optimizer through), no
+    barrier device warning (ZeRO-3 sets up its partitions with barriers of its own)."""
+    with without_log_messages(DEEPSPEED_LOGGER, UNTESTED_OPTIMIZER), quiet_barrier():
+        yield
+
+
+def use_current_collective_names() -> bool:
+    """Hand DeepSpeed's torch comm backend torch's current names for its two gathered / scattered collectives
+    (`all_gather_single`, `reduce_scatter_single`) instead of the deprecated ones it picks. Returns True if changed."""
+    import torch.distributed as dist
+
+    try:
+        from deepspeed.comm import comm as ds_comm
+    except ImportError:
+        return False
+    backend = getattr(ds_comm, "cdb", None)
+    changed = False
+    for attribute, old, new in (("all_gather_function", "all_gather_into_tensor", "all_gather_single"),
+                                ("reduce_scatter_function", "reduce_scatter_tensor", "reduce_scatter_single")):
+        current = getattr(backend, attribute, None)
+        if current is not None and current is getattr(dist, old, None) and hasattr(dist, new):
+            setattr(backend, attribute, getattr(dist, new))
+            changed = True
+    return changed
