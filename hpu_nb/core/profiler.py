@@ -147,6 +147,21 @@ class HPUProfiler(PyTorchProfiler):
         summary = self.load_trace(path).summary(top=self._row_limit if self._row_limit > 0 else 50)
         return self._stats_to_str({os.path.basename(path): repr(summary)})
 
+    @override
+    def describe(self) -> None:
+        """After a run: the report goes to the file `filename` names, as Lightning's; without one, one line says where
+        the trace is instead of the ~75-line table in the log (red in a notebook): `summary()` / `show()` on demand."""
+        if self.filename:
+            return super().describe()
+        self._delete_profilers()  # finishes the recording, which writes the trace
+        try:
+            where = f"trace {self.last_trace_path()}"
+        except FileNotFoundError:
+            where = "no trace written"
+        self._rank_zero_info(f"HPUProfiler: {where}; profiler.summary() for its report, profiler.show() to view it.")
+        self.teardown(stage=self._stage)
+        return None
+
     def show(self, path: str | None = None, **kwargs: Any) -> Any:
         """The inline trace viewer for the last trace written (an anywidget; static HTML when headless).
 
