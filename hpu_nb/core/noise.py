@@ -11,11 +11,22 @@ call (never with a process-wide filter).
   (`zero_allow_untested_optimizer`); the record is dropped from DeepSpeed's logger while `deepspeed.initialize` runs.
 - Lightning's all_gather goes through torch's deprecated `torch.distributed.nn.functional.all_gather` (a warning per
   call site): ignored around MemoryMonitor's gather of the ranks' memory (hpu_nb.notebook.memory_monitor).
+
+C++ messages go straight to file descriptor 2, past Python's warnings; `native_stderr_without` catches that descriptor
+for one call and writes back every line but the named ones:
+- torch DDP's "Time stats are currently only collected for CPU and CUDA devices" (once per rank, in one of the first
+  training steps: the HPU device has no DDP timer): the strategies' first training steps (`OnceNativeMessage`).
+- the profiler's kineto lines "USDT: ... profiler_start / profiler_stop" and "Warning: Optimizer.step#SGD.step
+  (function operator())" (torch's profiler collection): around HPUProfiler's start / stop and the end of its recording.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +34,11 @@ from contextlib import contextmanager
 BARRIER_DEVICE = r"barrier\(\): using the device under current context"
 UNTESTED_OPTIMIZER = "You are using ZeRO with an untested optimizer"
 DEEPSPEED_LOGGER = "DeepSpeed"
+DDP_TIME_STATS = r"Warning: Time stats are currently only collected for CPU and CUDA devices"
+PROFILER_NATIVE = (
+    r"^USDT:.*\] profiler_(start|stop)\s*$",
+    r"collection\.cpp:\d+\] Warning: Optimizer\.step#\w+\.step ",
+)
 
 
 @contextmanager
@@ -81,3 +97,52 @@ def use_current_collective_names() -> bool:
             setattr(backend, attribute, getattr(dist, new))
             changed = True
     return changed
+
+
+@contextmanager
+def native_stderr_without(*patterns: str) -> Iterator[list[str]]:
+    """For the block, file descriptor 2 goes to a temporary file; afterwards its lines matching none of `patterns` are
+    written to the real descriptor 2, in order. Yields the list the dropped lines are put in."""
+    dropped: list[str] = []
+    _flush_python_stderr()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield dropped
+        finally:
+            _flush_python_stderr()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = []
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                (dropped if any(re.search(p, line) for p in patterns) else kept).append(line)
+            if kept:
+                os.write(2, "".join(kept).encode())
+
+
+def _flush_python_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+class OnceNativeMessage:
+    """A C++ message printed once per process at an unknown one of the first calls (TORCH_WARN_ONCE): the first
+    `max_calls` calls run under `native_stderr_without(pattern)` until the message was dropped, later ones as is."""
+
+    def __init__(self, pattern: str, max_calls: int = 12) -> None:
+        self.pattern, self.calls_left = pattern, max_calls
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self.calls_left <= 0:
+            yield
+            return
+        self.calls_left -= 1
+        with native_stderr_without(self.pattern) as dropped:
+            yield
+        if dropped:
+            self.calls_left = 0

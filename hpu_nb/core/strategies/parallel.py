@@ -337,7 +337,7 @@ class HPUParallelMixin:
 
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        with self._tracked("training_step"):
+        with self._tracked("training_step"), self._ddp_time_stats_quiet():
             return super().training_step(*args, **kwargs)  # type: ignore[misc]
 
     @override
@@ -379,6 +379,8 @@ class HPUParallelMixin:
     def all_gather(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("all_gather"):
             return super().all_gather(*args, **kwargs)  # type: ignore[misc]
+
+    _ddp_time_stats_quiet = noise.OnceNativeMessage(noise.DDP_TIME_STATS)  # each worker process: its own copy
 
     def __init__(self, *args: Any, start_method: str | None = "auto", **kwargs: Any) -> None:
         """start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork", "spawn"
