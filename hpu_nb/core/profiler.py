@@ -23,6 +23,7 @@ import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
+from hpu_nb.core.noise import PROFILER_NATIVE, native_stderr_without
 from hpu_nb.runtime import get_backend
 
 log = logging.getLogger(__name__)
@@ -76,15 +77,24 @@ class HPUProfiler(PyTorchProfiler):
         return list(self._profiler_kwargs.get("activities") or [])
 
     # -- recording -----------------------------------------------------------------------------
+    # kineto's "USDT: ... profiler_start / profiler_stop" lines and torch's collection warning about the optimizer's
+    # step go straight to file descriptor 2 at these calls: caught, written back without them (hpu_nb.core.noise)
     @override
     def start(self, action_name: str) -> None:
-        super().start(action_name)
+        with native_stderr_without(*PROFILER_NATIVE):
+            super().start(action_name)
         self._add_trace_metadata()
 
     @override
     def stop(self, action_name: str) -> None:
-        super().stop(action_name)
+        with native_stderr_without(*PROFILER_NATIVE):
+            super().stop(action_name)
         self._add_trace_metadata()
+
+    @override
+    def _delete_profilers(self) -> None:
+        with native_stderr_without(*PROFILER_NATIVE):
+            super()._delete_profilers()
 
     def _add_trace_metadata(self) -> None:
         """Write the device facts (emulated or not, which activities) into the trace's top-level 'hpu_nb' key."""
