@@ -142,3 +142,55 @@ def test_memory_monitor_on_two_cards_draws_every_rank_live(strategy):
     assert any("application/vnd.jupyter.widget-view+json" in d for d in kinds)  # the live chart, in the fit's cell
     stderr = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stderr")
     assert "all_gather is deprecated" not in stderr
+
+
+# -- Fabric: what the function returns comes back to the notebook, tensors included ---------------------------------
+FABRIC = """
+import torch, lightning as L
+from hpu_nb.core.fabric.strategies import HPUParallelStrategy
+
+def train(fabric, model):
+    fabric.seed_everything(3)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(3):
+        x = torch.randn(16, 8, device=fabric.device) + fabric.global_rank
+        fabric.backward(model(x).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    return {"state": model.state_dict(), "rank": fabric.global_rank}
+
+torch.manual_seed(0)
+fabric = L.Fabric(accelerator="hpu", devices=2, strategy=HPUParallelStrategy(start_method="fork"))
+result = fabric.launch(train, torch.nn.Linear(8, 1))
+print(json.dumps({"launcher": type(fabric.strategy.launcher).__name__, "rank": result["rank"],
+                  "types": sorted({type(v).__name__ for v in result["state"].values()}),
+                  "state": {k: v.tolist() for k, v in result["state"].items()}}))
+"""
+
+
+def fabric_reference() -> dict[str, torch.Tensor]:
+    """Plain torch: both ranks draw the same batch (same seed), rank r adds r; DDP averages their gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(3)
+    for _ in range(3):
+        x = torch.randn(16, 8)
+        loss = sum(model(x + rank).pow(2).mean() for rank in (0, 1)) / 2
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fabric_returns_tensors_to_the_notebook():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, FABRIC)])
+    nbclient.NotebookClient(nb, timeout=200, kernel_name="python3").execute()
+    result = json.loads(_stdout(nb.cells[1]).strip().splitlines()[-1])
+    assert result["launcher"] == "_FabricMultiProcessingLauncher" and result["rank"] == 0
+    assert result["types"] == ["Tensor"]
+    for key, want in fabric_reference().items():
+        got = torch.tensor(result["state"][key])
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (key, float((got - want).abs().max()))

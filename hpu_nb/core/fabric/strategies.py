@@ -23,6 +23,7 @@ from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
 from hpu_nb.core.accelerator import HPUAccelerator
+from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
 from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
@@ -36,7 +37,12 @@ class _FabricMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLaunch
     """Fabric's fork/spawn launcher, with the Gaudi fork check and the Trainer's liveness (WorkerLivenessMixin)."""
 
     @override
+    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        return worker_result.unpack(super().launch(function, *args, **kwargs))  # rank 0's value, sent as bytes
+
+    @override
     def _wrapping_function(self, process_idx: int, function: Callable, *args: Any, **kwargs: Any) -> None:
+        function = worker_result.returning_bytes(function)
         return super()._wrapping_function(process_idx, self._worker_function(function), *args, **kwargs)
 
 
