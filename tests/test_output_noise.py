@@ -50,20 +50,49 @@ RUNS = {
 }
 
 
+FABRIC = """
+import torch, lightning as L
+import hpu_nb
+from hpu_nb.core.fabric.strategies import HPUParallelStrategy
+
+def train(fabric, model):
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(3):
+        fabric.backward(model(torch.randn(16, 8, device=fabric.device)).pow(2).mean())
+        optimizer.step()
+    return model.state_dict()
+
+fabric = L.Fabric(accelerator="hpu", devices=2, strategy=HPUParallelStrategy(start_method="fork"))
+fabric.launch(train, torch.nn.Linear(8, 1))
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("run", list(RUNS))
 def test_a_fit_prints_no_warning_hpu_nb_could_prevent(run, tmp_path):
     kwargs = RUNS[run].format(tmp=str(tmp_path))
-    script = textwrap.dedent(FIT.format(root=str(ROOT), kwargs=kwargs))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_"))}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=500,
-                          cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stderr.splitlines()
+    lines = _stderr_lines(textwrap.dedent(FIT.format(root=str(ROOT), kwargs=kwargs)), tmp_path)
     unexpected = [line for line in lines if not any(re.fullmatch(p, line) for p in EXPECTED)]
     assert unexpected == [], "\n".join(unexpected)
     assert any(line.startswith("HPU: using") for line in lines)  # hpu_nb's line is still there
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fabric_on_two_forked_cards_prints_no_warning_hpu_nb_could_prevent(tmp_path):
+    lines = _stderr_lines(FABRIC, tmp_path)
+    unexpected = [line for line in lines if not any(re.fullmatch(p, line) for p in EXPECTED)]
+    assert unexpected == [], "\n".join(unexpected)
+    assert any(line.startswith("All distributed processes registered") for line in lines)
+
+
+def _stderr_lines(script: str, cwd: Path) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_"))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=250,
+                          cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr.splitlines()
 
 
 def test_native_stderr_without_drops_only_the_named_lines_and_keeps_the_order(capfd):

@@ -15,7 +15,8 @@ call (never with a process-wide filter).
 C++ messages go straight to file descriptor 2, past Python's warnings; `native_stderr_without` catches that descriptor
 for one call and writes back every line but the named ones:
 - torch DDP's "Time stats are currently only collected for CPU and CUDA devices" (once per rank, in one of the first
-  training steps: the HPU device has no DDP timer): the strategies' first training steps (`OnceNativeMessage`).
+  training steps: the HPU device has no DDP timer): the strategies' first training steps (`OnceNativeMessage`), and
+  for Fabric, whose loop is the user's, the DDP module's first forwards (`quiet_first_forwards`).
 - the profiler's kineto lines "USDT: ... profiler_start / profiler_stop" and "Warning: Optimizer.step#SGD.step
   (function operator())" (torch's profiler collection): around HPUProfiler's start / stop and the end of its recording.
 """
@@ -30,6 +31,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 BARRIER_DEVICE = r"barrier\(\): using the device under current context"
 UNTESTED_OPTIMIZER = "You are using ZeRO with an untested optimizer"
@@ -146,3 +148,25 @@ class OnceNativeMessage:
             yield
         if dropped:
             self.calls_left = 0
+
+
+def quiet_first_forwards(module: Any, message: OnceNativeMessage) -> Any:
+    """For a module whose forward the user's own loop calls (Fabric's DDP module): its first forwards run under
+    `message` (the hooks go once it is spent). `always_call`: a forward that raises still gives the descriptor back."""
+    entered: list[Any] = []
+
+    def before(_module: Any, _args: Any) -> None:
+        if message.calls_left > 0:
+            block = message()
+            block.__enter__()
+            entered.append(block)
+
+    def after(_module: Any, _args: Any, _output: Any) -> None:
+        while entered:
+            entered.pop().__exit__(None, None, None)
+        if message.calls_left <= 0:
+            for handle in handles:
+                handle.remove()
+
+    handles = [module.register_forward_pre_hook(before), module.register_forward_hook(after, always_call=True)]
+    return module

@@ -23,6 +23,7 @@ from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
 from hpu_nb.core.accelerator import HPUAccelerator
+from hpu_nb.core import noise
 from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
@@ -121,6 +122,11 @@ class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, D
             parallel_devices = HPUAccelerator.get_parallel_devices(HPUAccelerator.auto_device_count())
         super().__init__(accelerator, parallel_devices, *args, **kwargs)
         self.parallel_devices_defaulted = defaulted
+
+    @override
+    def setup_module(self, module: torch.nn.Module) -> Any:
+        # DDP's first forwards print a C++ "Time stats ..." warning (no DDP timer for HPU): the user's loop calls them
+        return noise.quiet_first_forwards(super().setup_module(module), noise.OnceNativeMessage(noise.DDP_TIME_STATS))
 
     @classmethod
     @override
