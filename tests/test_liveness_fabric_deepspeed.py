@@ -136,8 +136,8 @@ class Runs:
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     """The runs this session's tests of this module read (each test is parametrized by its run's `name`)."""
-    wanted = {item.callspec.params.get("name") for item in request.session.items
-              if item.module is request.module and hasattr(item, "callspec")}
+    wanted = {item.callspec.params.get("name") for item in request.session.items  # notebooks (nbmake) have no module
+              if getattr(item, "module", None) is request.module and hasattr(item, "callspec")}
     started = Runs([name for name in RUNS if name in wanted], lambda name: tmp_path_factory.mktemp(name) / "run")
     yield started
     started.close()

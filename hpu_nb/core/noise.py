@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from typing_extensions import override
+
 BARRIER_DEVICE = r"barrier\(\): using the device under current context"
 UNTESTED_OPTIMIZER = "You are using ZeRO with an untested optimizer"
 DEEPSPEED_LOGGER = "DeepSpeed"
@@ -56,6 +58,7 @@ class _DropMessages(logging.Filter):
         super().__init__()
         self.fragments = fragments
 
+    @override
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         return not any(fragment in message for fragment in self.fragments)
