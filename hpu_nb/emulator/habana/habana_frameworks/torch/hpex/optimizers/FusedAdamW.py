@@ -105,12 +105,7 @@ class FusedAdamW(Optimizer):
         return True
 
     def get_moment_dtypes(self, param_dtype: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
-        if self.moments_dtype is None:
-            return param_dtype, param_dtype
-        if isinstance(self.moments_dtype, tuple):
-            return self.moments_dtype
-        return self.moments_dtype, self.moments_dtype
+        return _kernels.moment_dtypes(self.moments_dtype, param_dtype)
 
     def check_moments_in_fp8(self) -> bool:
-        dtypes = self.moments_dtype if isinstance(self.moments_dtype, tuple) else (self.moments_dtype,)
-        return any(d in _kernels.FP8_DTYPES for d in dtypes)
+        return _kernels.moments_in_fp8(self.moments_dtype)

@@ -8,7 +8,7 @@ steps it takes on a Gaudi - including where that differs from torch.optim (e.g. 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -200,3 +200,19 @@ def ema(model_values: Sequence[torch.Tensor], ema_values: Sequence[torch.Tensor]
 def bias_corrected_step(lr: float, beta1: float, beta2: float, step: int) -> float:
     """The step size the bridge's FusedAdamW hands its kernel: lr sqrt(1 - beta2^t) / (1 - beta1^t)."""
     return lr * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+
+
+def moment_dtypes(moments_dtype: Any, param_dtype: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
+    """(exp_avg, exp_avg_sq) dtypes for FusedAdamW's `moments_dtype`: one dtype for both, a pair, or None (the
+    parameter's), as the bridge reads it."""
+    if moments_dtype is None:
+        return param_dtype, param_dtype
+    if isinstance(moments_dtype, tuple):
+        return moments_dtype
+    return moments_dtype, moments_dtype
+
+
+def moments_in_fp8(moments_dtype: Any) -> bool:
+    """Whether either moment is kept in an fp8 dtype (then each gets a scale)."""
+    dtypes = moments_dtype if isinstance(moments_dtype, tuple) else (moments_dtype,)
+    return any(d in FP8_DTYPES for d in dtypes)
