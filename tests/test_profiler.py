@@ -174,7 +174,9 @@ def test_show_returns_the_viewer_of_the_last_trace(fitted):
     assert viewer.trace.path == profiler.last_trace_path()
     assert viewer.note == EMULATED_NOTE
     data, _ = viewer._repr_mimebundle_()
-    assert "aten::addmm" in data["text/plain"] and EMULATED_NOTE in data["text/html"]
+    assert "aten::addmm" in viewer.trace.op_totals()  # the model's matmul was traced
+    assert "Top 25 ops by self time" in data["text/plain"] and EMULATED_NOTE in data["text/html"]
+    # (which ops make the top 25 by self time depends on timing: the matmul is sometimes just outside)
 
 
 def test_one_trace_per_rank_with_filename(tmp_path):
