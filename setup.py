@@ -31,7 +31,7 @@ class EditableWheelWithPth(editable_wheel):
     """`pip install -e .` builds a wheel of links, not of build_py's files: put the `.pth` in it too. The hook is the
     step that fills the wheel's root folder (setuptools 69-84); tests/test_import.py fails if it stops running."""
 
-    def _install_namespaces(self, installation_dir, pth_prefix):  # noqa: ANN001, ANN202 (setuptools' signature)
+    def _install_namespaces(self, installation_dir, pth_prefix):
         super()._install_namespaces(installation_dir, pth_prefix)
         self.copy_file(str(Path(__file__).parent / PTH), str(Path(installation_dir) / PTH), preserve_mode=False)
 

@@ -32,14 +32,14 @@ class Classifier(L.LightningModule):
         super().__init__()
         self.net = net
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         x, y = batch
         logits = self.net(x)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         self.log("loss", loss)
         return loss
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
@@ -77,10 +77,10 @@ class StepTimer(L.Callback):
     def __init__(self) -> None:
         self.times: list[float] = []
 
-    def on_train_batch_start(self, *args) -> None:  # noqa: ANN002
+    def on_train_batch_start(self, *args) -> None:
         self._start = time.perf_counter()
 
-    def on_train_batch_end(self, *args) -> None:  # noqa: ANN002
+    def on_train_batch_end(self, *args) -> None:
         self.times.append(time.perf_counter() - self._start)
 
 

@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

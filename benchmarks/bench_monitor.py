@@ -20,13 +20,12 @@ import warnings
 os.environ.setdefault("HPU_NB_BACKEND", "emulated")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import DataLoader, TensorDataset
 
-from lightning.pytorch.callbacks import Callback  # noqa: E402
-
-from hpu_nb.notebook.memory_monitor import MemoryMonitor  # noqa: E402
+from hpu_nb.notebook.memory_monitor import MemoryMonitor
 
 
 class MLP(L.LightningModule):
@@ -34,11 +33,11 @@ class MLP(L.LightningModule):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         x, y = batch
         return torch.nn.functional.mse_loss(self.net(x), y)
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 

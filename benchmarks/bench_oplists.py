@@ -18,8 +18,8 @@ import torch
 from hpu_nb.core.fp8 import Fp8Linear, emulated_fp8_autocast
 from hpu_nb.core.oplists import apply_op_lists, load_op_lists
 from hpu_nb.core.precision import hpu_autocast
-from hpu_nb.runtime import get_backend
 from hpu_nb.emulator.hpu_device import autocast as device_autocast
+from hpu_nb.runtime import get_backend
 
 
 class Block(torch.nn.Module):
@@ -33,7 +33,7 @@ class Block(torch.nn.Module):
         return x
 
 
-def step_ms(model: torch.nn.Module, x: torch.Tensor, context) -> float:  # noqa: ANN001
+def step_ms(model: torch.nn.Module, x: torch.Tensor, context) -> float:
     start = time.perf_counter()
     with context():
         loss = model(x).float().sum()
@@ -58,7 +58,7 @@ def main() -> None:
     defaults = device_autocast.AutocastLists(device_autocast.DEFAULT_LOWER_OPS, device_autocast.DEFAULT_FP32_OPS)
     lists = {"autocast + unused list": unused, "autocast + softmax->bf16": used}
 
-    def fp8_context():  # noqa: ANN202
+    def fp8_context():
         stack = hpu_autocast(torch.bfloat16)
         return _Both(stack, emulated_fp8_autocast())
 
@@ -92,14 +92,14 @@ def main() -> None:
 
 
 class _Both:
-    def __init__(self, *contexts) -> None:  # noqa: ANN002
+    def __init__(self, *contexts) -> None:
         self.contexts = contexts
 
     def __enter__(self) -> None:
         for c in self.contexts:
             c.__enter__()
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc) -> None:
         for c in reversed(self.contexts):
             c.__exit__(*exc)
 

@@ -14,8 +14,9 @@ import importlib
 import importlib.util
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 STANDALONE = "hpu_nb._standalone"
@@ -55,7 +56,7 @@ class _TranslatingLoader:  # a Loader, duck-typed: importlib.abc costs ms on the
 
     def exec_module(self, module: Any) -> None:
         code = compile(translate(self.path.read_text(encoding="utf-8")), str(self.path), "exec", dont_inherit=True)
-        exec(code, module.__dict__)  # noqa: S102 - our own source, translated
+        exec(code, module.__dict__)
 
     def get_source(self, fullname: str) -> str:
         return translate(self.path.read_text(encoding="utf-8"))

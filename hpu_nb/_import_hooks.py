@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def is_initializing(name: str) -> bool:

@@ -4,5 +4,5 @@ The names of lightning-habana's `lightning_habana.fabric`. For the standalone `l
 `hpu_nb.lightning_fabric`.
 """
 
-from hpu_nb.core.fabric import *  # noqa: F401,F403
+from hpu_nb.core.fabric import *  # noqa: F403
 from hpu_nb.core.fabric import __all__  # noqa: F401

@@ -27,7 +27,7 @@ HPU_ENV = (
 
 
 @pytest.fixture(autouse=True)
-def fresh_backend(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def fresh_backend(monkeypatch: pytest.MonkeyPatch):
     for name in HPU_ENV:
         monkeypatch.delenv(name, raising=False)
     runtime.reset_backend()

@@ -16,8 +16,9 @@ import json
 import os
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 NAMES = ("neural_compressor", "neural_compressor.torch", "neural_compressor.torch.quantization")
 DEFAULTS = {"mode": "QUANTIZE", "observer": "maxabs", "scale_method": "maxabs_hw", "dump_stats_path": "stats",
@@ -56,12 +57,12 @@ def install_fake_inc() -> Iterator[FakeINC]:
             self.measure_file = Path(f"{merged['dump_stats_path']}_hooks_{merged['observer']}{_rank_suffix()}.json")
 
         @classmethod
-        def from_dict(cls, d: dict) -> "FP8Config":
+        def from_dict(cls, d: dict) -> FP8Config:
             fake.calls.append(("FP8Config.from_dict", dict(d)))
             return cls(**d)
 
         @classmethod
-        def from_json_file(cls, path: str) -> "FP8Config":
+        def from_json_file(cls, path: str) -> FP8Config:
             with open(path, encoding="utf-8") as f:
                 return cls.from_dict(json.load(f))
 

@@ -19,7 +19,7 @@ class LinearModel(L.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(x)
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         x, y = batch
         out = self(x)
         self.seen_dtypes.append(out.dtype)
@@ -27,14 +27,14 @@ class LinearModel(L.LightningModule):
         self.log("train_loss", loss)
         return loss
 
-    def validation_step(self, batch, batch_idx):  # noqa: ANN001
+    def validation_step(self, batch, batch_idx):
         x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self(x).float(), y))
 
-    def predict_step(self, batch, batch_idx):  # noqa: ANN001
+    def predict_step(self, batch, batch_idx):
         return self(batch[0])
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
@@ -45,7 +45,7 @@ def regression_data(n: int = 64, features: int = 1024, batch_size: int = 16, see
     return DataLoader(TensorDataset(x, y), batch_size=batch_size)
 
 
-def quiet_trainer_kwargs(**overrides):  # noqa: ANN003, ANN201
+def quiet_trainer_kwargs(**overrides):
     """Trainer arguments that keep test output and disk use small."""
     kwargs = dict(
         max_epochs=1,

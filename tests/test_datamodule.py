@@ -134,7 +134,7 @@ def test_a_split_needs_a_folder_or_a_dataset():
 
 def test_an_iterable_dataset_is_refused_because_samplers_draw_indices():
     class Stream(IterableDataset):
-        def __iter__(self):  # noqa: ANN204
+        def __iter__(self):
             return iter(range(3))
 
     with pytest.raises(TypeError, match="needs a map-style Dataset"):

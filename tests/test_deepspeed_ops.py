@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("deepspeed")
 
-from hpu_nb.notebook.deepspeed_ops import announce_compilation  # noqa: E402
+from hpu_nb.notebook.deepspeed_ops import announce_compilation
 
 
 def test_announces_only_the_ops_not_built(tmp_path, monkeypatch, capsys) -> None:

@@ -16,13 +16,13 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from hpu_nb import HPUGraphMetrics
-from hpu_nb.runtime import compile_backend, get_backend
 from hpu_nb.notebook.info import format_metric, render_html, render_text
+from hpu_nb.runtime import compile_backend, get_backend
 from hpu_nb.runtime.info import collect_info
 
 
 @pytest.fixture
-def fresh_compiler(monkeypatch):  # noqa: ANN001, ANN201
+def fresh_compiler(monkeypatch):
     """Each test starts with dynamo's caches empty, our counters at zero and the switch as the environment says."""
     import torch._dynamo
 
@@ -97,14 +97,14 @@ class DynamicOpsModel(L.LightningModule):
         super().__init__()
         self.layer = torch.nn.Linear(32, 2)
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         out = self.layer(x)
         return out[out < 0].view(-1, 1)  # a dynamic op
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         return self(batch[0]).sum()
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 

@@ -7,8 +7,8 @@ import torch
 
 import hpu_nb.runtime as runtime
 from hpu_nb.emulator import hpu_device
-from hpu_nb.runtime import GENERATIONS, MEMORY_STAT_KEYS, HPUNotAvailableError
 from hpu_nb.emulator.backend import EmulatedBackend
+from hpu_nb.runtime import GENERATIONS, MEMORY_STAT_KEYS, HPUNotAvailableError
 from hpu_nb.runtime.env import format_bytes, parse_size
 
 

@@ -7,13 +7,13 @@ import sys
 import pytest
 
 pytest.importorskip("IPython")
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell
 
-from hpu_nb.runtime import get_backend  # noqa: E402
+from hpu_nb.runtime import get_backend
 
 
 @pytest.fixture
-def ip():  # noqa: ANN201
+def ip():
     shell = InteractiveShell.instance()
     yield shell
     shell.run_line_magic("unload_ext", "hpu_nb") if "hpu_nb" in shell.extension_manager.loaded else None

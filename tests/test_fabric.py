@@ -120,7 +120,7 @@ class Recorder(torch.nn.Module):
         self.layer = torch.nn.Linear(32, 2)
         self.seen: list[tuple[torch.dtype, torch.dtype]] = []
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         out = self.layer(x)
         self.seen.append((x.dtype, out.dtype))
         return out

@@ -104,16 +104,16 @@ def test_habanas_own_package_wins_where_it_is_installed(tmp_path):
     """With a habana_frameworks on the path at start-up (here the test fake), neither the emulated package nor the
     emulated release's metadata is offered."""
     result = _python(
-        """
+        f"""
         import importlib.metadata, sys
         import habana_frameworks
         try:
             version = importlib.metadata.version("habana-torch-plugin")
         except importlib.metadata.PackageNotFoundError:
             version = None
-        print(habana_frameworks.__path__[0].startswith(%r), version,
+        print(habana_frameworks.__path__[0].startswith({FAKE_HABANA_SITE!r}), version,
               any(type(f).__name__ == "HabanaFallbackFinder" for f in sys.meta_path))
-        """ % FAKE_HABANA_SITE,
+        """,
         tmp_path,
         PYTHONPATH=FAKE_HABANA_SITE,
     )

@@ -28,7 +28,7 @@ class Regressor(L.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.net(x))
 
-    def predict_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def predict_step(self, batch, batch_idx):
         return self(batch[0])
 
 
@@ -42,7 +42,7 @@ def data() -> DataLoader:
     return DataLoader(TensorDataset(x), batch_size=64)
 
 
-def predict(model: L.LightningModule, plugin=None) -> torch.Tensor:  # noqa: ANN001
+def predict(model: L.LightningModule, plugin=None) -> torch.Tensor:
     import hpu_nb  # noqa: F401  (registers "hpu" with Lightning)
 
     kwargs = dict(enable_progress_bar=False, enable_model_summary=False, logger=False)
@@ -76,7 +76,7 @@ def run_fresh(directory: Path, *extra_env: tuple[str, str]) -> subprocess.Comple
 
 
 @pytest.fixture
-def fresh_fp8_process(monkeypatch):  # noqa: ANN201
+def fresh_fp8_process(monkeypatch):
     """The emulated fp8 state as in a process that has not measured (restored afterwards)."""
     from hpu_nb.core.fp8 import inference
 
@@ -84,7 +84,7 @@ def fresh_fp8_process(monkeypatch):  # noqa: ANN201
 
 
 @pytest.fixture
-def measured(tmp_path, fresh_fp8_process) -> Path:  # noqa: ANN001
+def measured(tmp_path, fresh_fp8_process) -> Path:
     """A model measured with Trainer.predict in this process; its weights and fp32 predictions saved."""
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
@@ -97,7 +97,7 @@ def measured(tmp_path, fresh_fp8_process) -> Path:  # noqa: ANN001
     return tmp_path
 
 
-def test_measurement_writes_habana_format_files(measured) -> None:  # noqa: ANN001
+def test_measurement_writes_habana_format_files(measured) -> None:
     fp8_dir = measured / "fp8"
     measure_cfg = json.loads((fp8_dir / "maxabs_measure.json").read_text())
     quant_cfg = json.loads((fp8_dir / "maxabs_quant.json").read_text())
@@ -118,7 +118,7 @@ def test_measurement_writes_habana_format_files(measured) -> None:  # noqa: ANN0
     assert stats["Nodes"]["head"]["outputs"][0] > 0 and x.shape == (64, 64)
 
 
-def test_round_trip_quantizes_in_a_fresh_process_within_a_few_percent(measured) -> None:  # noqa: ANN001
+def test_round_trip_quantizes_in_a_fresh_process_within_a_few_percent(measured) -> None:
     done = run_fresh(measured)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -127,7 +127,7 @@ def test_round_trip_quantizes_in_a_fresh_process_within_a_few_percent(measured) 
     assert 1e-3 < result["relative_error"] < 0.06, result
 
 
-def test_measure_then_quantize_in_one_process_as_the_plugins_mnist_example(tmp_path) -> None:  # noqa: ANN001
+def test_measure_then_quantize_in_one_process_as_the_plugins_mnist_example(tmp_path) -> None:
     """lightning-habana's tests and mnist_trainer.py measure, then convert a fresh model for quantize in the same
     process (it works on a Gaudi); it was refused. The result equals the fresh-process round trip's quality."""
     from hpu_nb.core.fp8 import Fp8QuantLinear
@@ -152,7 +152,7 @@ def test_measure_then_quantize_in_one_process_as_the_plugins_mnist_example(tmp_p
     assert 1e-3 < error < 0.06, error
 
 
-def test_quantizing_first_writes_the_measurement_of_this_process(tmp_path) -> None:  # noqa: ANN001
+def test_quantizing_first_writes_the_measurement_of_this_process(tmp_path) -> None:
     """A measuring model of this process whose measurement is not written yet (no predict end) is written first."""
     from hpu_nb.core.fp8 import inference
     from hpu_nb.core.precision import HPUPrecisionPlugin
@@ -167,7 +167,7 @@ def test_quantizing_first_writes_the_measurement_of_this_process(tmp_path) -> No
     assert inference.state_of(measuring).written == fp8_dir / "inc_output" / "measure_hooks_maxabs.json"
 
 
-def test_the_measured_model_itself_is_quantized_as_the_plugins_example_does(tmp_path) -> None:  # noqa: ANN001
+def test_the_measured_model_itself_is_quantized_as_the_plugins_example_does(tmp_path) -> None:
     """lightning-habana's mnist_trainer.py converts the model it measured (INC's prepare / convert flow)."""
     from hpu_nb.core.fp8 import Fp8InferenceError, Fp8QuantLinear, inference
     from hpu_nb.core.precision import HPUPrecisionPlugin
@@ -190,7 +190,7 @@ def test_the_measured_model_itself_is_quantized_as_the_plugins_example_does(tmp_
         plugin.convert_modules(never_ran, inference=True, quant=True, fp8_data_path=str(tmp_path / "other"))
 
 
-def test_quantize_without_measurements_names_the_missing_file(tmp_path, fresh_fp8_process) -> None:  # noqa: ANN001
+def test_quantize_without_measurements_names_the_missing_file(tmp_path, fresh_fp8_process) -> None:
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
     with pytest.raises(FileNotFoundError, match=r"maxabs_quant\.json does not exist. Measure first"):
@@ -200,7 +200,7 @@ def test_quantize_without_measurements_names_the_missing_file(tmp_path, fresh_fp
                                                   fp8_data_path=str(tmp_path))
 
 
-def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process) -> None:  # noqa: ANN001
+def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process) -> None:
     from hpu_nb.core.fp8 import Fp8InferenceError
     from hpu_nb.core.fp8.convert import convert_modules
 
@@ -238,7 +238,7 @@ def test_mismatched_model_and_files_are_clear_errors(measured, fresh_fp8_process
             del os.environ["QUANT_CONFIG"]
 
 
-def test_measuring_into_the_package_is_refused(fresh_fp8_process, monkeypatch) -> None:  # noqa: ANN001
+def test_measuring_into_the_package_is_refused(fresh_fp8_process, monkeypatch) -> None:
     import hpu_nb
     from hpu_nb.core.fp8.convert import convert_modules
 
@@ -253,7 +253,7 @@ def test_measuring_into_the_package_is_refused(fresh_fp8_process, monkeypatch) -
 
 # -- no fp8_data_path: HABANA_LOGS, else <hpu_nb cache directory>/fp8 ------------------------------------------------
 @pytest.fixture
-def own_cache_dir(tmp_path, monkeypatch) -> Path:  # noqa: ANN001
+def own_cache_dir(tmp_path, monkeypatch) -> Path:
     """HPU_NB_CACHE_DIR in tmp_path, holding links to the built emulated device (so nothing is rebuilt there)."""
     from hpu_nb.runtime import cache_dir
 
@@ -266,7 +266,7 @@ def own_cache_dir(tmp_path, monkeypatch) -> Path:  # noqa: ANN001
 
 
 def test_without_a_path_measurements_go_to_the_cache_directory_and_a_fresh_process_finds_them(
-        tmp_path, own_cache_dir, fresh_fp8_process, caplog) -> None:  # noqa: ANN001
+        tmp_path, own_cache_dir, fresh_fp8_process, caplog) -> None:
     from hpu_nb.core.fp8.inference import data_dir
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
@@ -293,7 +293,7 @@ def test_without_a_path_measurements_go_to_the_cache_directory_and_a_fresh_proce
 
 
 def test_habana_logs_wins_over_the_default_and_a_given_path_over_both(tmp_path, own_cache_dir, fresh_fp8_process,
-                                                                      monkeypatch, caplog) -> None:  # noqa: ANN001
+                                                                      monkeypatch, caplog) -> None:
     from hpu_nb.core.fp8.inference import data_dir
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
@@ -310,7 +310,7 @@ def test_habana_logs_wins_over_the_default_and_a_given_path_over_both(tmp_path, 
     assert data_dir(str(tmp_path / "given")) == tmp_path.resolve() / "given"
 
 
-def test_first_generation_refuses_fp8_inference(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_first_generation_refuses_fp8_inference(tmp_path, monkeypatch) -> None:
     from hpu_nb.core.fp8.convert import convert_modules
     from hpu_nb.core.precision import UnsupportedPrecisionError
 
@@ -320,7 +320,7 @@ def test_first_generation_refuses_fp8_inference(tmp_path, monkeypatch) -> None: 
 
 
 def test_gaudi_measure_and_quantize_go_through_inc_while_the_model_is_on_the_device(make_fake_gaudi, tmp_path,
-                                                                                    fresh_fp8_process) -> None:  # noqa: ANN001, F811
+                                                                                    fresh_fp8_process) -> None:
     from hpu_nb.core.precision import HPUPrecisionPlugin
     from tests.fake_neural_compressor import install_fake_inc
 
@@ -356,7 +356,7 @@ OPTIMUM_QUANT = {"method": "HOOKS", "mode": "QUANTIZE", "observer": "maxabs", "s
                  "dump_stats_path": "./hqt_output/measure"}
 
 
-def test_optimum_habana_quant_configs_are_accepted_and_run(tmp_path, monkeypatch, fresh_fp8_process) -> None:  # noqa: ANN001
+def test_optimum_habana_quant_configs_are_accepted_and_run(tmp_path, monkeypatch, fresh_fp8_process) -> None:
     from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.precision import HPUPrecisionPlugin
 
@@ -391,7 +391,7 @@ def test_optimum_habana_quant_configs_are_accepted_and_run(tmp_path, monkeypatch
     ({"mode": "CALIBRATE"}, "mode 'CALIBRATE' is not one of"),
     ({"mode": "MEASURE", "dump_stats_path": 3}, "dump_stats_path must be a string path"),
 ])
-def test_malformed_configs_are_clear_errors(tmp_path, monkeypatch, fresh_fp8_process, config, words) -> None:  # noqa: ANN001
+def test_malformed_configs_are_clear_errors(tmp_path, monkeypatch, fresh_fp8_process, config, words) -> None:
     from hpu_nb.core.fp8 import Fp8InferenceError
     from hpu_nb.core.fp8.convert import convert_modules
 
@@ -402,7 +402,7 @@ def test_malformed_configs_are_clear_errors(tmp_path, monkeypatch, fresh_fp8_pro
     assert "cfg.json" in str(info.value) or "array" in str(info.value)
 
 
-def test_settings_inc_has_but_the_emulation_lacks_are_refused_by_name(tmp_path, fresh_fp8_process) -> None:  # noqa: ANN001
+def test_settings_inc_has_but_the_emulation_lacks_are_refused_by_name(tmp_path, fresh_fp8_process) -> None:
     from hpu_nb.core.fp8 import Fp8InferenceError
     from hpu_nb.core.fp8.convert import convert_modules
 
@@ -416,7 +416,7 @@ def test_settings_inc_has_but_the_emulation_lacks_are_refused_by_name(tmp_path, 
 
 
 # -- where the measurements are read from ----------------------------------------------------------------------------
-def test_quantize_reads_the_given_folder_not_the_one_recorded_at_measure_time(measured, fresh_fp8_process) -> None:  # noqa: ANN001
+def test_quantize_reads_the_given_folder_not_the_one_recorded_at_measure_time(measured, fresh_fp8_process) -> None:
     moved = measured / "moved"
     (measured / "fp8").rename(moved)
     done = run_fresh_from(measured, moved)
@@ -433,7 +433,7 @@ def test_quantize_reads_the_given_folder_not_the_one_recorded_at_measure_time(me
 
 
 @pytest.mark.parametrize("bad", [float("nan"), -1.0, "big", None])
-def test_nan_or_negative_amax_in_measurements_is_refused(measured, fresh_fp8_process, bad) -> None:  # noqa: ANN001
+def test_nan_or_negative_amax_in_measurements_is_refused(measured, fresh_fp8_process, bad) -> None:
     from hpu_nb.core.fp8 import Fp8InferenceError
     from hpu_nb.core.fp8.convert import convert_modules
 
@@ -449,7 +449,7 @@ def test_nan_or_negative_amax_in_measurements_is_refused(measured, fresh_fp8_pro
         convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(measured / "fp8"))
 
 
-def test_measurements_of_several_cards_are_named_and_found_by_rank(measured, fresh_fp8_process, monkeypatch) -> None:  # noqa: ANN001
+def test_measurements_of_several_cards_are_named_and_found_by_rank(measured, fresh_fp8_process, monkeypatch) -> None:
     from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.fp8.convert import convert_modules
 
@@ -470,7 +470,7 @@ def test_measurements_of_several_cards_are_named_and_found_by_rank(measured, fre
 
 
 @pytest.mark.timeout(400)
-def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -> None:  # noqa: ANN001
+def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -> None:
     """Measure on 2 cards (Lightning's script launcher), then quantize on 2 cards in new processes."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "MASTER_PORT")}
     env.update(PYTHONPATH=str(ROOT), HPU_NB_BACKEND="emulated", HPU_NB_DEVICE_COUNT="2")
@@ -488,7 +488,7 @@ def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -
     assert all(1e-3 < r["relative_error"] < 0.06 for r in reports)
 
 
-def test_fp8_layers_take_a_batch_of_no_rows(measured, fresh_fp8_process) -> None:  # noqa: ANN001
+def test_fp8_layers_take_a_batch_of_no_rows(measured, fresh_fp8_process) -> None:
     from hpu_nb.core.fp8 import DelayedScaling, Fp8Linear, Fp8QuantLinear, emulated_fp8_autocast
 
     layer = Fp8QuantLinear(torch.nn.Linear(64, 8), input_amax=3.0, scale_method="maxabs_hw")

@@ -30,14 +30,14 @@ SCALES = (1.0, 3.7, 1 / 1024, 2.0**20, 0.3)  # 3.7 / 0.3: not float32 values, bo
 
 
 @pytest.fixture
-def kernel():  # noqa: ANN201
+def kernel():
     get_backend()  # loads the emulated device's library (built from the current source)
     op = fused_rounding_kernel()
     assert op is not None, "the emulated device's library has no fp8_round_amax"
     return op
 
 
-def run_kernel(op, x: torch.Tensor, scale: float, dtype: torch.dtype) -> tuple[torch.Tensor, float]:  # noqa: ANN001
+def run_kernel(op, x: torch.Tensor, scale: float, dtype: torch.dtype) -> tuple[torch.Tensor, float]:
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     amax = op(x, numerics.to_float32(scale), MANTISSA_BITS[dtype], MIN_NORMAL_EXPONENT[dtype], fp8_max(dtype), out)
     return out, amax
@@ -66,7 +66,7 @@ def assert_bitwise(got: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("dtype", FP8)
-def test_kernel_is_bitwise_the_torch_passes_and_the_float8_cast(kernel, dtype) -> None:  # noqa: ANN001
+def test_kernel_is_bitwise_the_torch_passes_and_the_float8_cast(kernel, dtype) -> None:
     x = hard_inputs(dtype)
     for scale in SCALES:
         got, amax = run_kernel(kernel, x, scale, dtype)
@@ -82,7 +82,7 @@ def test_kernel_is_bitwise_the_torch_passes_and_the_float8_cast(kernel, dtype) -
 
 
 @pytest.mark.parametrize("dtype", FP8)
-def test_bfloat16_inputs_and_hpu_tensors(kernel, dtype) -> None:  # noqa: ANN001
+def test_bfloat16_inputs_and_hpu_tensors(kernel, dtype) -> None:
     x = hard_inputs(dtype, 20_000)
     xb = x.bfloat16()
     for scale in (1.0, 3.7):
@@ -97,7 +97,7 @@ def test_bfloat16_inputs_and_hpu_tensors(kernel, dtype) -> None:  # noqa: ANN001
     assert amax == amax_value(finite) == finite.float().abs().max().item()
 
 
-def test_amax_of_special_tensors(kernel) -> None:  # noqa: ANN001
+def test_amax_of_special_tensors(kernel) -> None:
     cases = {
         (): 0.0,
         (0.0, -0.0): 0.0,
@@ -112,7 +112,7 @@ def test_amax_of_special_tensors(kernel) -> None:  # noqa: ANN001
     assert math.isnan(run_kernel(kernel, torch.tensor([1.0, float("nan"), 5.0]), 1.0, FP8[1])[1])
 
 
-def test_large_tensors_split_across_threads(kernel) -> None:  # noqa: ANN001
+def test_large_tensors_split_across_threads(kernel) -> None:
     """Larger than one block (65536 elements): the blocks' amaxes are combined, wherever the largest value sits."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -129,7 +129,7 @@ def test_large_tensors_split_across_threads(kernel) -> None:  # noqa: ANN001
         torch.set_num_threads(threads)
 
 
-def test_non_contiguous_input_and_2d_shapes(kernel) -> None:  # noqa: ANN001
+def test_non_contiguous_input_and_2d_shapes(kernel) -> None:
     g = torch.Generator().manual_seed(3)
     x = torch.randn(64, 96, generator=g) * 40
     t = x.t()  # not contiguous
@@ -138,7 +138,7 @@ def test_non_contiguous_input_and_2d_shapes(kernel) -> None:  # noqa: ANN001
     assert_bitwise(got, quantize_to_grid(t, 3.0, FP8[1]))
 
 
-def test_kernel_refusals(kernel) -> None:  # noqa: ANN001
+def test_kernel_refusals(kernel) -> None:
     x = torch.ones(4)
     args = (1.0, 3, -6, 448.0)
     with pytest.raises(RuntimeError, match="float32 or bfloat16"):
@@ -158,7 +158,7 @@ def test_kernel_refusals(kernel) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("dtype", FP8)
-def test_quantize_with_amax_same_with_and_without_the_kernel(kernel, dtype, monkeypatch) -> None:  # noqa: ANN001
+def test_quantize_with_amax_same_with_and_without_the_kernel(kernel, dtype, monkeypatch) -> None:
     x = hard_inputs(dtype, 5_000)
     finite = x[torch.isfinite(x)]
     fused_out, fused_amax = quantize_with_amax(finite, 3.7, dtype)
@@ -183,7 +183,7 @@ def test_quantize_with_amax_same_with_and_without_the_kernel(kernel, dtype, monk
     assert math.isnan(old_amax)
 
 
-def _train(te, steps: int, device: str) -> tuple[list[torch.Tensor], torch.nn.Module]:  # noqa: ANN001
+def _train(te, steps: int, device: str) -> tuple[list[torch.Tensor], torch.nn.Module]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(te.Linear(64, 48), torch.nn.ReLU(), te.Linear(48, 32)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -202,7 +202,7 @@ def _train(te, steps: int, device: str) -> tuple[list[torch.Tensor], torch.nn.Mo
 
 
 @pytest.mark.parametrize("device", ["cpu", "hpu"])
-def test_fp8_training_with_the_kernel_is_training_with_the_torch_passes(kernel, device) -> None:  # noqa: ANN001
+def test_fp8_training_with_the_kernel_is_training_with_the_torch_passes(kernel, device) -> None:
     import habana_frameworks.torch.hpex.experimental.transformer_engine as te
 
     te.fp8.FP8GlobalStateManager.reset_global_state()
@@ -219,7 +219,7 @@ def test_fp8_training_with_the_kernel_is_training_with_the_torch_passes(kernel, 
             assert a.amax_history[:3].abs().sum() > 0  # amaxes were recorded
 
 
-def test_the_fp8_layers_quantise_through_the_kernel(kernel, monkeypatch) -> None:  # noqa: ANN001
+def test_the_fp8_layers_quantise_through_the_kernel(kernel, monkeypatch) -> None:
     """One training step of te.Linear on hpu: input and weight (forward) and the gradient (backward) each take one
     kernel pass, and no torch amax pass runs."""
     import habana_frameworks.torch.hpex.experimental.transformer_engine as te
@@ -228,11 +228,11 @@ def test_the_fp8_layers_quantise_through_the_kernel(kernel, monkeypatch) -> None
 
     calls: list[tuple[torch.dtype, tuple[int, ...]]] = []
 
-    def counting(x, *args):  # noqa: ANN001, ANN002, ANN202
+    def counting(x, *args):
         calls.append((x.dtype, tuple(x.shape)))
         return kernel(x, *args)
 
-    def no_torch_amax(x):  # noqa: ANN001, ANN202
+    def no_torch_amax(x):
         raise AssertionError("a separate amax pass ran")
 
     monkeypatch.setattr(numerics, "_fused_kernel", counting)

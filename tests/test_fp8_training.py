@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from hpu_nb.core.fp8 import DelayedScaling, Format, Fp8Linear, convert_modules, emulated_fp8_autocast, matmul_path
-from hpu_nb.emulator.fp8.numerics import dequantize, fp8_max, quantize, relative_error, scale_from_amax
 from hpu_nb.core.precision import HPUPrecisionPlugin, UnsupportedPrecisionError
+from hpu_nb.emulator.fp8.numerics import dequantize, fp8_max, quantize, relative_error, scale_from_amax
 from tests.fake_habana.fixture import fake_gaudi, make_fake_gaudi  # noqa: F401
 from tests.models import quiet_trainer_kwargs
 
@@ -93,7 +93,7 @@ class MLP(L.LightningModule):
         self.losses: list[float] = []
         self.out_dtypes: set[torch.dtype] = set()
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         x, y = batch
         out = self.net(x)
         self.out_dtypes.add(out.dtype)
@@ -101,7 +101,7 @@ class MLP(L.LightningModule):
         self.losses.append(loss.item())
         return loss
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=3e-3)
 
 

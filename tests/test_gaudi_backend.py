@@ -94,7 +94,7 @@ def test_selecting_and_describing_the_gaudi_acquires_no_card(make_fake_gaudi) ->
 
 
 def test_generation_without_habanas_device_type_comes_from_the_machine_tools(make_fake_gaudi, fake_hlsmi,  # noqa: F811
-                                                                             monkeypatch) -> None:  # noqa: F811
+                                                                             monkeypatch) -> None:
     fake = make_fake_gaudi(device_name="GAUDI3")
     fake_hlsmi.generation = "gaudi3"
     fake_hlsmi.write()

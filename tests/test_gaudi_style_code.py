@@ -79,7 +79,7 @@ class LitClassifier(L.LightningModule):
         with torch.autocast(device_type="hpu", dtype=torch.bfloat16):
             return self.net(x)
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         x, y = batch
         logits = self(x)
         self.dtypes.append(logits.dtype)
@@ -87,7 +87,7 @@ class LitClassifier(L.LightningModule):
         self.log("train_loss", loss)
         return loss
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 

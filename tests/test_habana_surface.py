@@ -9,13 +9,12 @@ import importlib
 import inspect
 import os
 
+import habana_frameworks.torch.core as htcore
 import pytest
 import torch
+from habana_frameworks.torch.hpu import graphs
 from torch import nn
 from torch.utils.data import DataLoader
-
-import habana_frameworks.torch.core as htcore
-from habana_frameworks.torch.hpu import graphs
 
 NEW_MODULES = (
     "habana_frameworks.torch.hpex.optimizers",
@@ -141,7 +140,7 @@ class Inner(nn.Module):
         return self.fc(x).relu()
 
 
-def test_detect_recompilation_auto_model_logs_signatures_and_writes_its_tables(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_detect_recompilation_auto_model_logs_signatures_and_writes_its_tables(tmp_path, capsys) -> None:
     from habana_frameworks.torch.utils.experimental import detect_recompilation_auto_model
 
     net = nn.Sequential(Inner(), nn.Linear(4, 2)).to("hpu")
@@ -168,7 +167,7 @@ def test_detect_recompilation_auto_model_logs_signatures_and_writes_its_tables(t
         detect_recompilation_auto_model(net)
 
 
-def test_data_dynamicity_and_const_shape_dataloader(capsys) -> None:  # noqa: ANN001
+def test_data_dynamicity_and_const_shape_dataloader(capsys) -> None:
     from habana_frameworks.torch.utils.experimental import const_shape_dataloader, data_dynamicity
 
     data = [torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(2, 3)]

@@ -9,11 +9,9 @@ from __future__ import annotations
 import copy
 import math
 
+import habana_frameworks.torch.core as htcore
 import pytest
 import torch
-from torch import nn
-
-import habana_frameworks.torch.core as htcore
 from habana_frameworks.torch.hpex.movingavrg import FusedEMA
 from habana_frameworks.torch.hpex.optimizers import (
     AdamW,
@@ -24,6 +22,7 @@ from habana_frameworks.torch.hpex.optimizers import (
     FusedResourceApplyMomentum,
     FusedSGD,
 )
+from torch import nn
 
 STEPS = 3
 
@@ -45,7 +44,7 @@ def backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     loss.backward()
 
 
-def train_pair(make_fused, make_ref, steps: int = STEPS, fused_device: str = "hpu"):  # noqa: ANN001, ANN201
+def train_pair(make_fused, make_ref, steps: int = STEPS, fused_device: str = "hpu"):
     """Yield (fused params on CPU, reference params) after every step of the same batches."""
     model = tanh_mlp()
     fused_model = copy.deepcopy(model).to(fused_device)

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from hpu_nb.emulator import hpu_device
-from hpu_nb.runtime import is_out_of_memory
 from hpu_nb.emulator.backend import EmulatedBackend
 from hpu_nb.emulator.hpu_device import autocast as hpu_autocast_lists
+from hpu_nb.runtime import is_out_of_memory
 
 
 @pytest.fixture

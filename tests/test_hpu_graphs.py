@@ -19,7 +19,7 @@ BATCH = 32
 
 
 @pytest.fixture
-def lazy(monkeypatch):  # noqa: ANN001, ANN201
+def lazy(monkeypatch):
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
 
 
@@ -38,20 +38,20 @@ class Net(L.LightningModule):
         self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
         self.losses: list[float] = []
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         return F.log_softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         x, y = batch
         loss = F.nll_loss(self(x), y)
         self.losses.append(loss.item())
         return loss
 
-    def validation_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def validation_step(self, batch, batch_idx):
         x, y = batch
         self.log("val_acc", (self(x).argmax(-1) == y).float().mean())
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.3, momentum=0.9)
 
 
@@ -68,7 +68,7 @@ class CaptureReplayNet(Net):
         self.static_y = torch.zeros(BATCH, dtype=torch.long, device="hpu")
         self.static_loss = None
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         import habana_frameworks.torch.core as htcore
 
         x, y = batch

@@ -107,10 +107,10 @@ def test_broken_backend_degrades_without_raising() -> None:
     from hpu_nb.emulator.backend import EmulatedBackend
 
     class Broken(EmulatedBackend):
-        def device_facts(self, timeout: float = 2.0):  # noqa: ANN201
+        def device_facts(self, timeout: float = 2.0):
             raise OSError("hl-smi exploded")
 
-        def versions(self):  # noqa: ANN201
+        def versions(self):
             raise RuntimeError("no versions today")
 
     info = collect_info(Broken(device_count=3))
@@ -120,7 +120,7 @@ def test_broken_backend_degrades_without_raising() -> None:
     assert "Problems" in render_text(info) and "hl-smi exploded" in render_html(info)
 
 
-def test_gaudi_with_hanging_hlsmi_respects_the_timeout(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: ANN001, F811
+def test_gaudi_with_hanging_hlsmi_respects_the_timeout(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: F811
     make_fake_gaudi(device_count=2, device_name="GAUDI2")
     fake_hlsmi.device_count = 2
     fake_hlsmi.mode = "hanging"
@@ -131,7 +131,7 @@ def test_gaudi_with_hanging_hlsmi_respects_the_timeout(make_fake_gaudi, fake_hls
     assert text.startswith("Intel Gaudi: 2 x GAUDI2") and "emulated" not in text.splitlines()[0]
 
 
-def test_gaudi_info_acquires_no_card_and_says_the_release_and_mode(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: ANN001, F811
+def test_gaudi_info_acquires_no_card_and_says_the_release_and_mode(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: F811
     """%hpu_info in a kernel must not take a card: the kernel could then not fork multi-card workers."""
     fake = make_fake_gaudi(device_count=2, release="1.21.0")
     info = collect_info(timeout=5)
@@ -142,7 +142,7 @@ def test_gaudi_info_acquires_no_card_and_says_the_release_and_mode(make_fake_gau
     assert collect_info(timeout=5).devices[0].memory_peak is not None and len(fake.acquisitions()) == 1
 
 
-def test_gaudi_facts_from_hlsmi(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: ANN001, F811
+def test_gaudi_facts_from_hlsmi(make_fake_gaudi, fake_hlsmi) -> None:  # noqa: F811
     make_fake_gaudi(device_count=2, device_name="GAUDI2")
     fake_hlsmi.device_count = 2
     fake_hlsmi.memory_used_mib = [1024, 2048]

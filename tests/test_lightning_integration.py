@@ -190,7 +190,7 @@ def test_no_mark_step_in_eager_mode():
 class HostTensorModel(LinearModel):
     """Makes a 4 MiB host tensor (e.g. for logging) and a 4 MiB device tensor in every training step."""
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         self.host = torch.zeros(1024, 1024)
         self.device_scratch = torch.zeros(1024, 1024, device=self.device)
         self.in_use_during_step = torch.hpu.memory_stats()["InUse"]

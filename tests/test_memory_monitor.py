@@ -9,6 +9,7 @@ from typing import Any
 
 import lightning as L
 import pytest
+import torch
 from lightning.pytorch.loggers.logger import Logger
 
 from hpu_nb.notebook.memory_monitor import (
@@ -25,7 +26,6 @@ from hpu_nb.notebook.memory_monitor import (
     pack_points,
     unpack_points,
 )
-import torch
 from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
 
 FEATURES = 256
@@ -64,7 +64,7 @@ class Messages:
 def _same(a: list[list[float]], b: list[list[float]]) -> bool:
     """Equal point lists (NaN, the "no value" of loss and time, equals NaN here)."""
     def norm(points: list[list[float]]) -> list[list[Any]]:
-        return [[None if v != v else float(v) for v in p] for p in points]  # noqa: PLR0124 - v != v: NaN
+        return [[None if v != v else float(v) for v in p] for p in points]
 
     return norm(a) == norm(b)
 
@@ -365,7 +365,7 @@ def test_a_worker_process_never_writes_to_the_front_end() -> None:
 
 
 class _OneInfiniteLoss(LinearModel):
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         loss = super().training_step(batch, batch_idx)
         return loss * float("inf") if batch_idx == 1 else loss
 

@@ -119,7 +119,7 @@ def test_a_killed_build_leaves_no_compiler_running_and_the_next_build_discards_i
 
 
 # -- the set-up's torch: the CPU build by name, no CUDA package planned ----------------------------------------------
-def _cpu_torch_module():  # noqa: ANN202
+def _cpu_torch_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("cpu_torch", REPO / ".ci" / "cpu_torch.py")

@@ -201,12 +201,11 @@ def test_lightning_launcher_internals_we_build_on_are_unchanged():
     here."""
     import inspect
 
+    from lightning.fabric.strategies.launchers import multiprocessing as fabric_multiprocessing
+    from lightning.fabric.strategies.launchers import subprocess_script as fabric_script
     from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
     from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
     from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
-
-    from lightning.fabric.strategies.launchers import multiprocessing as fabric_multiprocessing
-    from lightning.fabric.strategies.launchers import subprocess_script as fabric_script
 
     # ScriptLivenessMixin.launch replaces both script launchers' launch: these statements, in this order, and no other
     replaced = ["self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)",

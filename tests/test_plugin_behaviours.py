@@ -82,13 +82,13 @@ def test_fabric_hpu_strategies_refuse_another_accelerator(strategy):
 
 def test_a_custom_parallel_strategy_in_the_registry():
     class CustomCheckpointIO(CheckpointIO):
-        def save_checkpoint(self, checkpoint, path, storage_options=None):  # noqa: ANN001, ANN201
+        def save_checkpoint(self, checkpoint, path, storage_options=None):
             pass
 
-        def load_checkpoint(self, path, map_location=None):  # noqa: ANN001, ANN201
+        def load_checkpoint(self, path, map_location=None):
             return {}
 
-        def remove_checkpoint(self, path):  # noqa: ANN001, ANN201
+        def remove_checkpoint(self, path):
             pass
 
     class CustomParallelStrategy(HPUParallelStrategy):

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from hpu_nb.core.oplists import OpListError
-from hpu_nb.runtime import get_backend
 from hpu_nb.core.precision import (
     HPUPrecisionPlugin,
     UnsupportedPrecisionError,
@@ -15,6 +14,7 @@ from hpu_nb.core.precision import (
     hpu_autocast,
     validate_precision,
 )
+from hpu_nb.runtime import get_backend
 from tests.fake_habana.fixture import fake_gaudi, make_fake_gaudi  # noqa: F401
 from tests.models import LinearModel, quiet_trainer_kwargs, regression_data
 
@@ -122,7 +122,7 @@ def test_bf16_training_really_lowers_the_math() -> None:
 class LocallyFp32(LinearModel):
     """The seed's pattern: a local torch.autocast(enabled=False) block inside a mixed-precision step."""
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         x, y = batch
         with torch.autocast(device_type=autocast_device_type(), enabled=False):
             self.seen_dtypes.append(self.layer(x).dtype)
@@ -140,7 +140,7 @@ class OwnAutocast(LinearModel):
     """The seed's other pattern: no plugin, the model turns autocast on itself (device_type picked for us)."""
 
     @hpu_autocast(torch.bfloat16)
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         return self.layer(x)
 
 
@@ -237,6 +237,6 @@ def test_on_a_gaudi_op_lists_set_before_start_are_in_force(make_fake_gaudi, tmp_
     assert plugin.op_lists.fp32_ops == {"cumsum"}
 
 
-def _write(path, text: str):  # noqa: ANN001, ANN202
+def _write(path, text: str):
     path.write_text(text)
     return path

@@ -25,7 +25,7 @@ class PLModel(pl.LightningModule):
         self.devices: set[str] = set()
         self.dtypes: set[torch.dtype] = set()
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    def training_step(self, batch, batch_idx):
         x, y = batch
         out = self.layer(x)
         self.devices.add(str(out.device))
@@ -34,7 +34,7 @@ class PLModel(pl.LightningModule):
         self.log("train_loss", loss)
         return loss
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
@@ -44,7 +44,7 @@ def data() -> DataLoader:
     return DataLoader(TensorDataset(x, x @ torch.randn(8, 8, generator=gen)), batch_size=16)
 
 
-def quiet(**kwargs):  # noqa: ANN003, ANN201
+def quiet(**kwargs):
     return dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                 **kwargs)
 

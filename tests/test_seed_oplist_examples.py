@@ -24,14 +24,14 @@ class Classifier(L.LightningModule):
         self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
         self.dtypes: set[torch.dtype] = set()
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001
+    def training_step(self, batch, batch_idx):
         x, y = batch
         logits = self.net(x)
         self.dtypes.add(logits.dtype)
         loss = torch.nn.functional.cross_entropy(logits.float(), y)
         return loss
 
-    def configure_optimizers(self):  # noqa: ANN201
+    def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 

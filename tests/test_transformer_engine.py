@@ -29,7 +29,7 @@ U = 2.0**-24  # float32 unit roundoff
 
 
 @pytest.fixture
-def te():  # noqa: ANN201
+def te():
     get_backend()  # the emulated Gaudi2 of conftest's clean environment
     import habana_frameworks.torch.hpex.experimental.transformer_engine as te
 
@@ -38,7 +38,7 @@ def te():  # noqa: ANN201
     te.fp8.FP8GlobalStateManager.reset_global_state()
 
 
-def test_the_emulated_module_is_the_one_imported(te) -> None:  # noqa: ANN001
+def test_the_emulated_module_is_the_one_imported(te) -> None:
     assert te.__emulated__ and te.recipe.__emulated__ and te.fp8.__emulated__
     from habana_frameworks.torch.hpex.experimental.transformer_engine.recipe import DelayedScaling, Format
 
@@ -56,7 +56,7 @@ def _every_fp8_value_and_midpoint(dtype: torch.dtype) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", FP8)
-def test_grid_rounding_is_bitwise_the_float8_cast(dtype) -> None:  # noqa: ANN001
+def test_grid_rounding_is_bitwise_the_float8_cast(dtype) -> None:
     g = torch.Generator().manual_seed(0)
     spread = torch.randn(200_000, generator=g) * 10.0 ** (torch.rand(200_000, generator=g) * 18 - 12)  # 1e-12..1e6
     limit = fp8_max(dtype)
@@ -111,7 +111,7 @@ def test_grid_matmul_is_scaled_mm_within_float32_summation_error(k: int) -> None
     assert inverse_scale(sx, sw) == ((one / sx) * (one / sw)).item()  # the float32 factor _scaled_mm is given
 
 
-def test_bf16_input_matmuls_stay_inside_the_fp8_layers(te) -> None:  # noqa: ANN001
+def test_bf16_input_matmuls_stay_inside_the_fp8_layers(te) -> None:
     """The bf16-input setting is process-wide in torch: it must be restored, so the model's other float32 matmuls are
     exact float32 ones."""
     settings = getattr(torch.backends.mkldnn, "matmul", None)
@@ -126,13 +126,13 @@ def test_bf16_input_matmuls_stay_inside_the_fp8_layers(te) -> None:  # noqa: ANN
     assert (a @ b - exact).abs().max().item() < 1e-4  # a bf16-input product would be off by ~1e-2
 
 
-def _reference_fp8_linear(x, weight, bias, sx, sw):  # noqa: ANN001, ANN202
+def _reference_fp8_linear(x, weight, bias, sx, sw):
     """What te.Linear computes, written with float8 casts and torch._scaled_mm (the reference path)."""
     out = scaled_mm(quantize(x, sx, FP8[0]), quantize(weight, sw, FP8[0]).t(), sx, sw, torch.float32)
     return (out + bias.float()).to(torch.bfloat16)
 
 
-def test_te_linear_is_the_scaled_mm_reference_forward_and_backward(te) -> None:  # noqa: ANN001
+def test_te_linear_is_the_scaled_mm_reference_forward_and_backward(te) -> None:
     torch.manual_seed(0)
     layer = te.Linear(48, 24)
     x = torch.randn(8, 48) * 2
@@ -162,7 +162,7 @@ def test_te_linear_is_the_scaled_mm_reference_forward_and_backward(te) -> None: 
     assert torch.allclose(layer.bias.grad, g.sum(0))
 
 
-def test_te_linear_against_nn_linear(te) -> None:  # noqa: ANN001
+def test_te_linear_against_nn_linear(te) -> None:
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 32)
     layer = te.Linear(64, 32)
@@ -182,7 +182,7 @@ def test_te_linear_against_nn_linear(te) -> None:  # noqa: ANN001
     assert 1e-3 < relative_error(x1.grad, x2.grad) < 0.15  # E5M2 gradients: 2 mantissa bits
 
 
-def test_te_linear_arguments_as_habana_and_optimum_habana_use_them(te) -> None:  # noqa: ANN001
+def test_te_linear_arguments_as_habana_and_optimum_habana_use_them(te) -> None:
     source = torch.nn.Linear(8, 4)
     layer = te.Linear(8, 4, bias=True, params_dtype=torch.float32, skip_weight_param_allocation=True,
                       minimize_memory=False)
@@ -206,7 +206,7 @@ def test_te_linear_arguments_as_habana_and_optimum_habana_use_them(te) -> None: 
 
 
 # -- fp8_autocast and FP8GlobalStateManager ----------------------------------------------------------------------------
-def test_fp8_autocast_nests_and_restores(te) -> None:  # noqa: ANN001
+def test_fp8_autocast_nests_and_restores(te) -> None:
     state = te.fp8.FP8GlobalStateManager
     assert not state.is_fp8_enabled() and state.get_fp8_recipe() is None and state.get_fp8_autocast_depth() == 0
     outer, inner = te.recipe.DelayedScaling(margin=1), te.recipe.DelayedScaling(margin=2)
@@ -220,19 +220,17 @@ def test_fp8_autocast_nests_and_restores(te) -> None:  # noqa: ANN001
             assert state.get_fp8_autocast_depth() == 2
             assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
         assert state.is_fp8_enabled() and state.get_fp8_recipe() is outer
-        with pytest.raises(KeyError):
-            with te.fp8_autocast(enabled=True):
-                assert state.get_fp8_recipe() == te.recipe.DelayedScaling()  # None: the default recipe
-                raise KeyError("inside")
+        with pytest.raises(KeyError), te.fp8_autocast(enabled=True):
+            assert state.get_fp8_recipe() == te.recipe.DelayedScaling()  # None: the default recipe
+            raise KeyError("inside")
         assert state.get_fp8_recipe() is outer and state.get_fp8_autocast_depth() == 1  # restored after an error
     assert not state.is_fp8_enabled() and state.get_fp8_recipe() is None and state.get_fp8_autocast_depth() == 0
     assert state.is_fp8_available() == (True, "")
-    with pytest.raises(TypeError, match="DelayedScaling"):
-        with te.fp8_autocast(fp8_recipe={"margin": 1}):
-            pass
+    with pytest.raises(TypeError, match="DelayedScaling"), te.fp8_autocast(fp8_recipe={"margin": 1}):
+        pass
 
 
-def test_hpu_nb_helpers_read_the_same_state(te) -> None:  # noqa: ANN001
+def test_hpu_nb_helpers_read_the_same_state(te) -> None:
     from hpu_nb.core.fp8 import DelayedScaling, fp8_enabled
     from hpu_nb.emulator.fp8.engine import active_recipe
 
@@ -242,7 +240,7 @@ def test_hpu_nb_helpers_read_the_same_state(te) -> None:  # noqa: ANN001
 
 
 # -- the recipe --------------------------------------------------------------------------------------------------------
-def test_recipe_fields_and_formats(te) -> None:  # noqa: ANN001
+def test_recipe_fields_and_formats(te) -> None:
     r = te.recipe.DelayedScaling()
     assert (r.margin, r.interval, r.fp8_format, r.amax_history_len, r.amax_compute_algo, r.reduce_amax) == (
         0, 1, te.recipe.Format.HYBRID, 1024, "max", True)
@@ -259,14 +257,14 @@ def test_recipe_fields_and_formats(te) -> None:  # noqa: ANN001
         te.recipe.DelayedScaling(fp8_format="HYBRID")
     with pytest.raises(NotImplementedError, match="scaling_factor_compute_algo"):
         te.recipe.DelayedScaling(scaling_factor_compute_algo=lambda *a: a)
-    with pytest.raises(ValueError, match="amax_compute_algo"):
-        with te.fp8_autocast(fp8_recipe=te.recipe.DelayedScaling(amax_compute_algo=lambda history: history[0])):
-            pass
+    with pytest.raises(ValueError, match="amax_compute_algo"), \
+            te.fp8_autocast(fp8_recipe=te.recipe.DelayedScaling(amax_compute_algo=lambda history: history[0])):
+        pass
 
 
 @pytest.mark.parametrize(("fmt", "grad_dtype", "algo"), [("HYBRID", torch.float8_e5m2, "max"),
                                                          ("E4M3", torch.float8_e4m3fn, "most_recent")])
-def test_the_recipe_decides_formats_history_and_margin(te, fmt, grad_dtype, algo) -> None:  # noqa: ANN001
+def test_the_recipe_decides_formats_history_and_margin(te, fmt, grad_dtype, algo) -> None:
     recipe = te.recipe.DelayedScaling(margin=1, fp8_format=getattr(te.recipe.Format, fmt), amax_history_len=3,
                                       amax_compute_algo=algo)
     layer = te.Linear(4, 4, bias=False)
@@ -289,7 +287,7 @@ def test_the_recipe_decides_formats_history_and_margin(te, fmt, grad_dtype, algo
 
 # -- first-generation Gaudi --------------------------------------------------------------------------------------------
 @pytest.fixture
-def first_generation(monkeypatch):  # noqa: ANN001, ANN201
+def first_generation(monkeypatch):
     monkeypatch.setenv("HPU_NB_DEVICE", "gaudi")
     reset_backend()
     get_backend()  # the emulated card is now a GAUDI
@@ -299,22 +297,21 @@ def first_generation(monkeypatch):  # noqa: ANN001, ANN201
     get_backend()  # back to the default Gaudi2 for the next tests
 
 
-def test_first_generation_gaudi_refuses_fp8(first_generation) -> None:  # noqa: ANN001
+def test_first_generation_gaudi_refuses_fp8(first_generation) -> None:
     import habana_frameworks.torch.hpex.experimental.transformer_engine as te
 
     assert te.fp8.FP8GlobalStateManager.is_fp8_available() == (
         False, "fp8 is not supported on GAUDI: it needs Gaudi2 or newer.")
     layer = te.Linear(4, 4)  # building layers is allowed; running them in fp8 is not
-    with pytest.raises(RuntimeError, match="fp8 is not supported on GAUDI"):
-        with te.fp8_autocast(enabled=True):
-            pass
+    with pytest.raises(RuntimeError, match="fp8 is not supported on GAUDI"), te.fp8_autocast(enabled=True):
+        pass
     assert not te.fp8.FP8GlobalStateManager.is_fp8_enabled()
     with te.fp8_autocast(enabled=False):
         assert layer(torch.ones(1, 4)).dtype == torch.float32
 
 
 # -- HPUPrecisionPlugin("fp8") goes through the transformer engine, as on a Gaudi --------------------------------------
-def test_precision_plugin_uses_the_transformer_engine(te) -> None:  # noqa: ANN001
+def test_precision_plugin_uses_the_transformer_engine(te) -> None:
     from hpu_nb import HPUPrecisionPlugin
     from hpu_nb.runtime.fp8.transformer_engine import TransformerEngineTraining
     from hpu_nb.runtime.habana_fp8 import HabanaFp8Engine
@@ -335,12 +332,12 @@ def test_precision_plugin_uses_the_transformer_engine(te) -> None:  # noqa: ANN0
     assert out.dtype == torch.bfloat16
 
 
-def test_the_seed_fp8_training_example_runs_as_written(te) -> None:  # noqa: ANN001
+def test_the_seed_fp8_training_example_runs_as_written(te) -> None:
+    from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe
     from lightning import Trainer
     from lightning.pytorch.demos.boring_classes import BoringModel as LightningBoringModel
 
     from hpu_nb import HPUAccelerator, HPUPrecisionPlugin
-    from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe
 
     class BoringModel(LightningBoringModel):
         """The seed's model: Lightning's, keeping its losses, with SGD at lr=0.01 (at Lightning's 0.1 it diverges in
@@ -351,7 +348,7 @@ def test_the_seed_fp8_training_example_runs_as_written(te) -> None:  # noqa: ANN
             self.out_dtypes: set[torch.dtype] = set()
             self.devices: set[str] = set()
 
-        def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        def training_step(self, batch, batch_idx):
             out = self(batch)
             self.out_dtypes.add(out.dtype)
             self.devices.add(self.layer.weight.device.type)
@@ -359,7 +356,7 @@ def test_the_seed_fp8_training_example_runs_as_written(te) -> None:  # noqa: ANN
             self.losses.append(loss.item())
             return {"loss": loss}
 
-        def configure_optimizers(self):  # noqa: ANN202
+        def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     torch.manual_seed(0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import torch
 from lightning.fabric.accelerators.registry import _AcceleratorRegistry
@@ -51,13 +51,13 @@ class HPUAccelerator(Accelerator):
 
     @staticmethod
     @override
-    def parse_devices(devices: Union[int, str, list[int]]) -> int:
+    def parse_devices(devices: int | str | list[int]) -> int:
         """Number of HPUs to use, from 1 / "2" / "auto" / -1 (all); anything else is a clear error."""
         return _parse_hpus(devices)
 
     @staticmethod
     @override
-    def get_parallel_devices(devices: Union[int, str]) -> list[torch.device]:
+    def get_parallel_devices(devices: int | str) -> list[torch.device]:
         count = _parse_hpus(devices)
         root = get_backend().root_device()
         return [root] * count

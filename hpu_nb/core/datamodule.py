@@ -16,7 +16,8 @@ first-generation Gaudi, shuffles training folders itself); evaluation loaders pa
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule

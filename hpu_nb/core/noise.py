@@ -30,7 +30,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from typing_extensions import override
@@ -128,10 +128,8 @@ def native_stderr_without(*patterns: str) -> Iterator[list[str]]:
 
 
 def _flush_python_stderr() -> None:
-    try:
+    with suppress(AttributeError, OSError, ValueError):
         sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):
-        pass
 
 
 class OnceNativeMessage:

@@ -25,13 +25,13 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Union
 
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
-OpListSource = Union[str, os.PathLike, Iterable[str], None]
+OpListSource = str | os.PathLike | Iterable[str] | None
 
 
 class OpListError(ValueError):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Any, Generator, Mapping, Optional, Union
+from collections.abc import Generator, Mapping
+from typing import Any
 
 import torch
 from lightning.pytorch.plugins.precision import Precision
@@ -59,7 +60,7 @@ PRECISION_CHOICES = tuple(
 _HMP_KEYS = ("level", "verbose", "bf16_ops", "fp32_ops")
 
 
-def unify_precision(precision: Any) -> Optional[str]:
+def unify_precision(precision: Any) -> str | None:
     """Lightning's unified name for what a user wrote ("bf16" -> "bf16-mixed", 32 -> "32-true"), or None."""
     if isinstance(precision, bool) or not isinstance(precision, (str, int)):
         return None
@@ -103,7 +104,7 @@ def autocast_device_type() -> str:
     return get_backend().autocast_device_type
 
 
-def autocast_dtype(precision: str) -> Optional[torch.dtype]:
+def autocast_dtype(precision: str) -> torch.dtype | None:
     """The autocast dtype of a unified precision name (None for full precision). fp8 runs the rest in bf16."""
     return {"bf16-mixed": torch.bfloat16, "fp8": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
 
@@ -113,7 +114,7 @@ def hpu_autocast(
     dtype: torch.dtype = torch.bfloat16,
     enabled: bool = True,
     *,
-    cache_enabled: Optional[bool] = None,
+    cache_enabled: bool | None = None,
 ) -> Generator[None, None, None]:
     """torch.autocast on the device type of the HPU ("hpu", on a Gaudi and on the emulated Gaudi alike).
 
@@ -161,10 +162,10 @@ class HPUFp8Mixin:
         self,
         module: torch.nn.Module,
         inference: bool = False,
-        quant: Union[bool, str, dict] = True,
-        fp8_data_path: Optional[str] = None,
+        quant: bool | str | dict = True,
+        fp8_data_path: str | None = None,
         *,
-        replace_layers: Optional[bool] = None,
+        replace_layers: bool | None = None,
         recipe: Any = None,
     ) -> torch.nn.Module:
         """Prepare `module` for fp8: training layers (replace_layers=True), or inference: quant=False measures,
@@ -192,7 +193,7 @@ class HPUFp8Mixin:
         return fp8.convert_modules(module, replace_layers=True, recipe=self.recipe)
 
     def _convert_for_inference(
-        self, module: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
+        self, module: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
     ) -> torch.nn.Module:
         """Set `module` up for the inference step now (the DeepSpeed plugin waits until DeepSpeed has wrapped it)."""
         from hpu_nb.core import fp8
@@ -248,18 +249,18 @@ class HPUPrecisionPlugin(HPUFp8Mixin, Precision):
 
     def __init__(
         self,
-        precision: Union[str, int] = "32-true",
+        precision: str | int = "32-true",
         device: str = "hpu",
         recipe: Any = None,
         replace_layers: bool = False,
         *,
         lower_list: OpListSource = None,
         fp32_list: OpListSource = None,
-        bf16_file_path: Optional[str] = None,
-        fp32_file_path: Optional[str] = None,
-        opt_level: Optional[str] = None,
+        bf16_file_path: str | None = None,
+        fp32_file_path: str | None = None,
+        opt_level: str | None = None,
         verbose: bool = False,
-        hmp_params: Optional[Mapping[str, Any]] = None,
+        hmp_params: Mapping[str, Any] | None = None,
     ) -> None:
         self.precision = validate_precision(precision)  # type: ignore[assignment]
         self.device = device

@@ -108,7 +108,7 @@ class HPUProfiler(PyTorchProfiler):
         info = dict(self._device_info, activities=[_activity_name(a) for a in self.activities])
         try:
             prof.add_metadata_json("hpu_nb", json.dumps(info))
-        except Exception as err:  # noqa: BLE001 - metadata is a nicety; never fail a training run over it
+        except Exception as err:
             log.debug("HPUProfiler could not add trace metadata: %s", err)
 
     # -- results -------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def _device_info(backend: Any) -> dict[str, Any]:
     info: dict[str, Any] = {"backend": backend.name, "emulated": bool(backend.is_emulated)}
     try:
         info["device"] = backend.device_name()
-    except Exception as err:  # noqa: BLE001 - facts are nice to have, never a reason to fail profiling
+    except Exception as err:
         log.debug("HPUProfiler could not read the device name: %s", err)
     if backend.is_emulated:
         info["note"] = EMULATED_NOTE

@@ -5,7 +5,7 @@ Called from the connector hooks in registration.py; kept apart so the rules are 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 PARALLEL_STRATEGY_NAME = "hpu_parallel"  # registered with the Trainer's and with Fabric's strategy registry
 
@@ -38,7 +38,7 @@ def choose_strategy(parallel_devices: list, num_nodes: int, single_strategy: typ
     return PARALLEL_STRATEGY_NAME
 
 
-def hpu_only_precision(precision: Any) -> Optional[str]:
+def hpu_only_precision(precision: Any) -> str | None:
     """The unified name of a precision only hpu_nb's HPU plugins run ("fp8"), else None.
 
     Lightning's connectors refuse names they do not know before any precision plugin is chosen: given with an HPU

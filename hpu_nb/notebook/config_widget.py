@@ -79,7 +79,7 @@ class TrainerConfigWidget(w.VBox):
                                                           width="100%"))
         super().__init__([title, body])
         self.add_class("hpu-cfg")
-        for name, control in self.controls.items():
+        for _name, control in self.controls.items():
             control.observe(self._on_change, names="value")
         self._refresh()
 
@@ -160,7 +160,7 @@ class TrainerConfigWidget(w.VBox):
         if self._displays.snapshots:
             self._displays.refresh(self._snapshot())
 
-    def set(self, **fields: Any) -> "TrainerConfigWidget":
+    def set(self, **fields: Any) -> TrainerConfigWidget:
         """Change fields from code (the form follows); returns self."""
         config = config_from({**{n: getattr(self._config, n) for n in TrainerConfig.field_names()}, **fields}.items())
         self._config = config

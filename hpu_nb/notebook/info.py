@@ -295,7 +295,7 @@ def hpu_info(line: str = "") -> None:
         return
     try:
         report = HPUInfoReport(collect_info(timeout=timeout))
-    except Exception as err:  # noqa: BLE001 - e.g. HPU_NB_BACKEND=gaudi on a machine without one: say why
+    except Exception as err:
         print(f"%hpu_info: no device backend could be set up: {type(err).__name__}: {err}")
         return
     display(_TextOnly(render_text(report.info)) if text_only else report)

@@ -304,7 +304,7 @@ class MemoryMonitor(Callback):
     def _stats(self, trainer: Any) -> dict[str, Any] | None:
         try:
             return trainer.accelerator.get_device_stats(trainer.strategy.root_device)
-        except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+        except Exception as err:
             self._disable(f"get_device_stats failed: {type(err).__name__}: {err}")
             return None
 
@@ -347,7 +347,7 @@ class MemoryMonitor(Callback):
             with warnings.catch_warnings():  # Lightning's all_gather goes through torch's deprecated functional one
                 warnings.filterwarnings("ignore", message=ALL_GATHER_DEPRECATED)
                 everyone = trainer.strategy.all_gather(mine).reshape(-1, 2).cpu().tolist()
-        except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+        except Exception as err:
             self._disable(f"gathering the ranks' memory failed: {type(err).__name__}: {err}")
             return
         history = self.rank_history
@@ -374,7 +374,7 @@ class MemoryMonitor(Callback):
     def _stage_name(trainer: Any) -> str:
         try:
             return str(trainer.state.stage.value) if trainer.state.stage is not None else ""
-        except Exception:  # noqa: BLE001
+        except Exception:
             return ""
 
     # -- front end --------------------------------------------------------------------------------------------
@@ -448,7 +448,7 @@ class MemoryMonitor(Callback):
         """Run a front-end operation; on failure say so once and stop sending to the front end."""
         try:
             fn(*args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - never let the widget stop training
+        except Exception as err:
             self._disable(f"{type(err).__name__}: {err}")
 
     def _disable(self, reason: str) -> None:
@@ -492,7 +492,7 @@ class MemoryMonitor(Callback):
             return
         try:
             self._relay.send((kind, message))
-        except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+        except Exception as err:
             self._relay = None
             warnings.warn(f"MemoryMonitor could not report to the notebook ({type(err).__name__}: {err}); training "
                           "goes on.", RuntimeWarning, stacklevel=3)
@@ -592,7 +592,7 @@ class _WorkerRelay:
                 return
             try:
                 self.monitor._received(kind, message)
-            except Exception as err:  # noqa: BLE001 - a monitor must never stop training
+            except Exception as err:
                 self.monitor._disable(f"following the workers failed: {type(err).__name__}: {err}")
 
 
@@ -848,7 +848,7 @@ def _backend_label() -> tuple[str, bool]:
         name = backend.device_name()
         label = f"emulated {name} on the CPU" if backend.is_emulated else f"Intel Gaudi {name}"
         return label, bool(backend.is_emulated)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         return f"device unknown ({type(err).__name__})", False
 
 

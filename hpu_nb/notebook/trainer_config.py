@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Union
+from typing import Any
 
 from hpu_nb.runtime import get_backend
 
@@ -51,7 +51,7 @@ FP8_INFERENCE = ("fp8-measure", "fp8-quantize")
 QUANTIZE_STRATEGIES = ("auto", "single", "deepspeed")  # one device; DeepSpeed quantizes after wrapping the model
 SETS_ITSELF = ("accelerator", "devices", "strategy", "precision", "plugins", "profiler", "callbacks")
 
-OpList = Union[Sequence[str], str, None]  # op names, or the path of a LOWER_LIST-style file
+OpList = Sequence[str] | str | None  # op names, or the path of a LOWER_LIST-style file
 
 # where each name the generated code uses comes from
 IMPORTS = {

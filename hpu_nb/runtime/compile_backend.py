@@ -31,7 +31,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 BACKEND_NAME = "hpu_backend"
 HABANA_CORE = "habana_frameworks.torch.core"

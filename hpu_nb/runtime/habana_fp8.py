@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hpu_nb.runtime.fp8 import Fp8Engine, Fp8EngineError
 from hpu_nb.runtime.fp8.transformer_engine import (

@@ -6,6 +6,7 @@ wedged driver could still block, so the query runs in a daemon thread and is aba
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from typing import Any
@@ -65,7 +66,5 @@ def _query(hlml: Any) -> Outcome[list[DeviceFacts]]:
     except Exception as err:
         return Outcome(None, f"habana-pyhlml failed ({type(err).__name__}: {err})")
     finally:
-        try:
+        with contextlib.suppress(Exception):
             hlml.hlmlShutdown()
-        except Exception:
-            pass

@@ -67,7 +67,7 @@ def _process_memory(backend: DeviceBackend, problems: list[str]) -> dict[str, in
         if not backend.device_acquired():
             return None
         return backend.memory_stats(0)
-    except Exception as err:  # noqa: BLE001 - info must never raise
+    except Exception as err:
         problems.append(f"memory_stats failed: {type(err).__name__}: {err}")
         return None
 
@@ -83,46 +83,45 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
     gen = backend.generation()
     try:
         count = backend.device_count()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         problems.append(f"device_count failed: {type(err).__name__}: {err}")
         count = 0
     try:
         facts: list[DeviceFacts] = list(backend.device_facts(timeout))
-    except Exception as err:  # noqa: BLE001 - the backend promises not to raise; be safe anyway
+    except Exception as err:
         problems.append(f"device facts unavailable: {type(err).__name__}: {err}")
         facts = [DeviceFacts(index=i, name=gen.device_name, memory_total=gen.hbm_bytes) for i in range(count)]
     try:
         versions = backend.versions()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         problems.append(f"versions unavailable: {type(err).__name__}: {err}")
         versions = Versions()
     stats = _process_memory(backend, problems)
     problems += backend.settings_not_in_force()
     devices = []
     for fact in facts:
-        if fact.index == 0:  # the card this process drives: its own counters are better than the tool's
-            if stats is not None:
-                fact = dataclasses.replace(
-                    fact,
-                    memory_used=stats.get("InUse", fact.memory_used),
-                    memory_peak=stats.get("MaxInUse"),
-                    memory_total=stats.get("Limit", fact.memory_total),
-                )
+        if fact.index == 0 and stats is not None:  # the card this process drives: its counters beat the tool's
+            fact = dataclasses.replace(
+                fact,
+                memory_used=stats.get("InUse", fact.memory_used),
+                memory_peak=stats.get("MaxInUse"),
+                memory_total=stats.get("Limit", fact.memory_total),
+            )
         devices.append(fact)
     try:
         release = backend.release()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         problems.append(f"release unknown: {type(err).__name__}: {err}")
         release = None
     try:
         lazy = backend.is_lazy()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         problems.append(f"is_lazy failed: {type(err).__name__}: {err}")
         lazy = release.lazy_by_default if release is not None else False
     values = flag_values()
     try:
         metrics, dynamic_shapes = backend.metrics(), backend.dynamic_shapes()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         problems.append(f"metrics unavailable: {type(err).__name__}: {err}")
         metrics, dynamic_shapes = {}, None
     return HPUInfo(

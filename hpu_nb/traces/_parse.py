@@ -354,7 +354,7 @@ def _blocks(path: str, stats: ParseStats, block_size: int) -> Iterator[bytes]:
             return
         pending: list[bytes] = []  # decompressed output, handed on in blocks of about block_size
         pending_size = 0
-        for out in _gunzip(fh, stats, lambda: stats.bytes_read + pending_size):
+        for out in _gunzip(fh, stats, lambda: stats.bytes_read + pending_size):  # noqa: B023 -- the size now, on purpose
             pending.append(out)
             pending_size += len(out)
             if pending_size >= block_size:
@@ -386,9 +386,8 @@ def _gunzip(fh: Any, stats: ParseStats, produced: Any) -> Iterator[bytes]:
                 if unzip.eof:  # the next member, if any, starts in what this one left
                     chunk = unzip.unused_data
                     unzip = zlib.decompressobj(wbits=31)
-    if not unzip.eof and unzip.unconsumed_tail == b"":
-        if tail := unzip.flush():
-            yield tail
+    if not unzip.eof and unzip.unconsumed_tail == b"" and (tail := unzip.flush()):
+        yield tail
 
 
 class _Parser:
@@ -494,8 +493,8 @@ class _Parser:
         while True:
             lo = max(a, at - window)
             found = None
-            for found in _SPLIT.finditer(piece, lo, min(at + 1, b)):
-                pass
+            for match in _SPLIT.finditer(piece, lo, min(at + 1, b)):
+                found = match
             if found is not None:
                 start = found.end() - 1
                 break

@@ -15,6 +15,7 @@ marked `browser` (deselect with -m "not browser").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,8 +25,9 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -297,10 +299,8 @@ class LabPage:
 @pytest.fixture
 def lab(browser: Any, jupyter_lab: JupyterLab, artifacts_dir: Path) -> Iterator[LabPage]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
-    try:
+    with contextlib.suppress(Exception):
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=jupyter_lab.base)
-    except Exception:  # noqa: BLE001 - older Chromium: the Copy button then uses its textarea fallback
-        pass
     page = context.new_page()
     page.set_default_timeout(60_000)
     yield LabPage(page, jupyter_lab, artifacts_dir)

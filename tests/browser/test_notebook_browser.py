@@ -94,21 +94,21 @@ DEAD_ENDS = """(i) => {
 }"""
 
 
-def _npoints(lab, index: int) -> int:  # noqa: ANN001
+def _npoints(lab, index: int) -> int:
     return lab.page.evaluate(
         """(i) => { const cell = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
             const svg = cell.querySelector('svg.hpu-tc-chart');
             return svg ? Number(svg.getAttribute('data-npoints') || 0) : -1; }""", index)
 
 
-def _has_series(lab, index: int, series: str) -> bool:  # noqa: ANN001
+def _has_series(lab, index: int, series: str) -> bool:
     return lab.page.evaluate(
         """([i, s]) => { const cell = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
             const path = cell.querySelector(`svg.hpu-tc-chart path[data-series='${s}']`);
             return Boolean(path && path.getAttribute('d'));}""", [index, series])
 
 
-def test_monitor_in_jupyterlab(lab, jupyter_lab) -> None:  # noqa: ANN001
+def test_monitor_in_jupyterlab(lab, jupyter_lab) -> None:
     jupyter_lab.write_notebook("browser_monitor.ipynb", CELLS)
     started = time.monotonic()
     lab.open_notebook("browser_monitor.ipynb")
@@ -121,7 +121,7 @@ def test_monitor_in_jupyterlab(lab, jupyter_lab) -> None:  # noqa: ANN001
     print(f"\nbrowser test took {time.monotonic() - started:.1f} s; screenshots in {lab.artifacts}")
 
 
-def test_config_widget_code_trains_in_jupyterlab(lab, jupyter_lab) -> None:  # noqa: ANN001
+def test_config_widget_code_trains_in_jupyterlab(lab, jupyter_lab) -> None:
     jupyter_lab.write_notebook("browser_config.ipynb", FORM_CELLS)
     lab.open_notebook("browser_config.ipynb")
     lab.hide_side_panels()
@@ -133,7 +133,7 @@ def test_config_widget_code_trains_in_jupyterlab(lab, jupyter_lab) -> None:  # n
         lab.screenshot("config-final")
 
 
-def _check_monitor(lab) -> None:  # noqa: ANN001
+def _check_monitor(lab) -> None:
     # %hpu_info says plainly that the Gaudi is emulated
     lab.run_cell(0)
     info = lab.cell_text(0)
@@ -208,7 +208,7 @@ def _check_monitor(lab) -> None:  # noqa: ANN001
     lab.publish(shot, "memory_monitor_oom.png")
 
 
-def _check_form(lab) -> None:  # noqa: ANN001
+def _check_form(lab) -> None:
     # the configuration form: fp8, DeepSpeed, offload and autocast changes never leave an error on a disabled control
     lab.run_cell(1)
     form = lab.cell(1).locator(".jp-OutputArea")
@@ -274,7 +274,7 @@ def _check_form(lab) -> None:  # noqa: ANN001
     assert form.locator(".hpu-cfg-panel").get_attribute("data-copied") == "yes"
     try:
         clip = lab.page.evaluate("() => navigator.clipboard.readText()")
-    except Exception:  # noqa: BLE001 - reading the clipboard may be refused; the copy itself succeeded
+    except Exception:
         clip = None
     if clip is not None:
         assert clip.strip() == after.strip()

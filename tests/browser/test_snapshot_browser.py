@@ -34,7 +34,7 @@ CODE_FITS = """(i) => {
 }"""
 
 
-def test_widgets_leave_snapshots_in_the_saved_notebook(lab, jupyter_lab) -> None:  # noqa: ANN001
+def test_widgets_leave_snapshots_in_the_saved_notebook(lab, jupyter_lab) -> None:
     (jupyter_lab.notebook_dir / "small.pt.trace.json").write_text(json.dumps({"traceEvents": synthetic_events(6, 12)}))
     jupyter_lab.write_notebook("snapshots.ipynb", CELLS)
     lab.open_notebook("snapshots.ipynb")

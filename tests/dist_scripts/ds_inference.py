@@ -5,10 +5,13 @@ Usage: python ds_inference.py kwargs|config   (init_inference arguments given to
 
 import json
 import sys
-import torch
+
 import lightning as L
+import torch
 from torch.utils.data import DataLoader, TensorDataset
+
 from hpu_nb import HPUDeepSpeedStrategy
+
 
 class M(L.LightningModule):
     def __init__(self):

@@ -11,7 +11,8 @@ no_gaudi         habana_frameworks unimportable and HPU_NB_BACKEND unset: the ma
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 

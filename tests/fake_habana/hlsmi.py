@@ -11,8 +11,8 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 MODES = ("normal", "missing", "failing", "hanging", "garbage")
 PRODUCT_NAMES = {"gaudi": "HL-205", "gaudi2": "HL-225", "gaudi3": "HL-325L"}

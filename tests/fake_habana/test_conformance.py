@@ -218,10 +218,9 @@ def test_core_is_lazy_only_the_literal_0_means_eager():
             code = "import habana_frameworks.torch.core as c; print(c.is_lazy())"
             assert run_python(fake, code, {"PT_HPU_LAZY_MODE": value, "PT_HPU_AUTOLOAD": "0"}).split() == [str(lazy)]
     for value in ("false", ""):
-        with install_fake_habana(release="1.22.0") as fake:
-            with pytest.raises(AssertionError, match="invalid literal for int"):
-                run_python(fake, "import habana_frameworks.torch.core", {"PT_HPU_LAZY_MODE": value,
-                                                                         "PT_HPU_AUTOLOAD": "0"})
+        with install_fake_habana(release="1.22.0") as fake, \
+                pytest.raises(AssertionError, match="invalid literal for int"):
+            run_python(fake, "import habana_frameworks.torch.core", {"PT_HPU_LAZY_MODE": value, "PT_HPU_AUTOLOAD": "0"})
 
 
 def test_core_hpu_set_env_and_hpu_initialize_signatures(fake_gaudi):
@@ -278,9 +277,8 @@ def test_hccl_initialize_distributed_hpu_sets_ranks_and_the_module_id(fake_gaudi
 
 
 def test_hccl_reduce_semantics_on_hpu_tensors_only(fake_gaudi):
-    import torch.distributed as dist
-
     import habana_frameworks.torch.distributed.hccl  # noqa: F401
+    import torch.distributed as dist
 
     dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=20))
@@ -322,9 +320,8 @@ def test_transformer_engine_linear_fp8_autocast_and_recipe(fake_gaudi):
 def test_transformer_engine_fp8_only_on_gaudi2_and_newer():
     with install_fake_habana(release="1.21.0", device_name="GAUDI"):
         te = importlib.import_module("habana_frameworks.torch.hpex.experimental.transformer_engine")
-        with pytest.raises(RuntimeError, match="Gaudi2 or newer"):
-            with te.fp8_autocast(enabled=True):
-                pass
+        with pytest.raises(RuntimeError, match="Gaudi2 or newer"), te.fp8_autocast(enabled=True):
+            pass
 
 
 # -- autocast and op lists -----------------------------------------------------------------------------------------
@@ -394,9 +391,8 @@ def test_device_facts_pyhlml_bytes_names_bytes_memory_milliwatts(make_fake_gaudi
 
 # -- the fake's own hygiene ------------------------------------------------------------------------------------------
 def test_uninstall_puts_back_torch_and_the_emulated_surface():
-    from hpu_nb.runtime import get_backend
-
     from hpu_nb.emulator import hpu_device
+    from hpu_nb.runtime import get_backend
 
     get_backend()
     hpu_device.load()  # the emulated Gaudi in use before the fake (loading its device registers "hccl")

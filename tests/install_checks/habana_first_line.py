@@ -1,13 +1,12 @@
 # Run in the fresh venv: Gaudi code whose first line imports habana_frameworks (before torch, as Habana's examples
 # start); forward and backward on `hpu` match the CPU. Prints where habana_frameworks and hpu_nb came from (JSON).
+import json
+
+import habana_frameworks
 import habana_frameworks.torch.core as htcore
+import torch
 
-import json  # noqa: E402
-
-import habana_frameworks  # noqa: E402
-import torch  # noqa: E402
-
-import hpu_nb  # noqa: E402
+import hpu_nb
 
 torch.manual_seed(0)
 w = torch.randn(4, 3, requires_grad=True)

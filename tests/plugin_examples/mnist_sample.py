@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from torch.nn import functional as F  # noqa: N812
+from torch.nn import functional as F
 
 
 class LitClassifier(L.LightningModule):

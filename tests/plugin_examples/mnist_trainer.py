@@ -14,8 +14,9 @@ import argparse
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import lightning as L
 import torch.multiprocessing as mp

@@ -10,7 +10,7 @@ import argparse
 import json
 
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 from lightning.fabric import Fabric, seed_everything
 from synthetic import mnist_like
 from torch import nn, optim

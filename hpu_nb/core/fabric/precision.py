@@ -46,7 +46,7 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
         self.device = device
 
     @classmethod
-    def from_plugin(cls, plugin: Any) -> "HPUFSDPPrecision":
+    def from_plugin(cls, plugin: Any) -> HPUFSDPPrecision:
         """This plugin, or the same precision from one of hpu_nb's other precision plugins (e.g. the Trainer's)."""
         if isinstance(plugin, cls):
             return plugin

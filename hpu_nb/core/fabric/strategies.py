@@ -22,8 +22,8 @@ from lightning.fabric.strategies.single_device import SingleDeviceStrategy
 from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
-from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core import noise
+from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode

@@ -19,8 +19,8 @@ from hpu_nb.core.fp8.inference import (
     state_of,
 )
 from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
-from hpu_nb.emulator.fp8.training import Fp8Linear, emulated_fp8_autocast, fp8_enabled
 from hpu_nb.emulator.fp8.numerics import matmul_path
+from hpu_nb.emulator.fp8.training import Fp8Linear, emulated_fp8_autocast, fp8_enabled
 from hpu_nb.runtime.fp8.recipe import DelayedScaling, Format
 
 __all__ = [

@@ -8,7 +8,8 @@ transformer engine, Habana's on a Gaudi, the emulated one elsewhere.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional, Union
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -51,8 +52,8 @@ def convert_modules(
     replace_layers: bool = False,
     recipe: Any = None,
     inference: bool = False,
-    quant: Union[bool, str, dict] = True,
-    fp8_data_path: Optional[str] = None,
+    quant: bool | str | dict = True,
+    fp8_data_path: str | None = None,
 ) -> torch.nn.Module:
     """fp8 training (replace_layers=True) or inference (inference=True: quant=False measures, quant=True quantizes;
     a config file path or dict decides by its "mode").

@@ -34,16 +34,17 @@ import math
 import os
 import warnings
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.fp8 import Fp8EngineError
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
+from hpu_nb.runtime.fp8 import Fp8EngineError
 
 MEASURE_CONFIG = "maxabs_measure.json"
 QUANT_CONFIG = "maxabs_quant.json"
@@ -75,20 +76,20 @@ class Fp8InferenceState:
     mode: str  # "measure" or "quantize"
     data_path: Path
     config: dict
-    rank_world: Optional[tuple[int, int]]  # fixed at conversion, as INC fixes it
-    written: Optional[Path] = None
+    rank_world: tuple[int, int] | None  # fixed at conversion, as INC fixes it
+    written: Path | None = None
 
 
-_states: "weakref.WeakKeyDictionary[torch.nn.Module, Fp8InferenceState]" = weakref.WeakKeyDictionary()
+_states: weakref.WeakKeyDictionary[torch.nn.Module, Fp8InferenceState] = weakref.WeakKeyDictionary()
 
 
-def state_of(module: torch.nn.Module) -> Optional[Fp8InferenceState]:
+def state_of(module: torch.nn.Module) -> Fp8InferenceState | None:
     return _states.get(module)
 
 
 # -- configuration ------------------------------------------------------------------------------------------------
-def make_config(mode: str, dump_stats_path: str, *, allowlist: Optional[Mapping[str, list]] = None,
-                blocklist: Optional[Mapping[str, list]] = None, scale_method: str = "maxabs_hw") -> dict:
+def make_config(mode: str, dump_stats_path: str, *, allowlist: Mapping[str, list] | None = None,
+                blocklist: Mapping[str, list] | None = None, scale_method: str = "maxabs_hw") -> dict:
     """hpu_nb's default config for a step (mode "MEASURE" or "QUANTIZE"), as lightning-habana shipped them."""
     if mode not in ("MEASURE", "QUANTIZE"):
         raise ValueError(f"mode={mode!r}; choose 'MEASURE' or 'QUANTIZE'.")
@@ -160,7 +161,7 @@ def default_data_dir() -> Path:
     return cache_dir() / DEFAULT_SUBDIR
 
 
-def data_dir(fp8_data_path: Optional[str]) -> Path:
+def data_dir(fp8_data_path: str | None) -> Path:
     """Where measurements live: fp8_data_path; else $HABANA_LOGS; else `<hpu_nb cache directory>/fp8`
     (default_data_dir). Never inside the installed hpu_nb package. When it was not given, says once which it chose."""
     if fp8_data_path:
@@ -205,7 +206,7 @@ def read_config(path: Path) -> dict:
 
 
 # -- ranks and measurement files ------------------------------------------------------------------------------------
-def rank_and_world() -> Optional[tuple[int, int]]:
+def rank_and_world() -> tuple[int, int] | None:
     """(rank, world size) as Intel Neural Compressor reads them (torch.distributed, else LOCAL_RANK / WORLD_SIZE)."""
     import torch.distributed as dist
 
@@ -216,7 +217,7 @@ def rank_and_world() -> Optional[tuple[int, int]]:
     return None
 
 
-def measurement_file(config: Mapping[str, Any], rank_world: Optional[tuple[int, int]]) -> Path:
+def measurement_file(config: Mapping[str, Any], rank_world: tuple[int, int] | None) -> Path:
     """INC's name for the measurements: `<dump_stats_path>_hooks_<observer>[_<rank>_<world>].json`."""
     suffix = "" if rank_world is None else f"_{rank_world[0]}_{rank_world[1]}"
     return Path(f"{config['dump_stats_path']}_hooks_{config['observer']}{suffix}.json")
@@ -251,7 +252,7 @@ def read_measurements(path: Path) -> dict:
     return document
 
 
-def _amax(value: Any) -> Optional[float]:
+def _amax(value: Any) -> float | None:
     """A measured max-abs as a float (INC writes a number, or a list of one); None when it is neither."""
     while isinstance(value, list) and len(value) == 1:
         value = value[0]
@@ -261,7 +262,7 @@ def _amax(value: Any) -> Optional[float]:
 
 
 # -- entry points ---------------------------------------------------------------------------------------------------
-def _step_config(path: Path, quant: Union[bool, str, dict]) -> tuple[dict, str]:
+def _step_config(path: Path, quant: bool | str | dict) -> tuple[dict, str]:
     """The config of this step and the mode it asks for."""
     if isinstance(quant, bool):
         mode = "QUANTIZE" if quant else "MEASURE"
@@ -301,7 +302,7 @@ class InferencePlan:
     config: dict
 
 
-def plan_inference(quant: Union[bool, str, dict], fp8_data_path: Optional[str]) -> InferencePlan:
+def plan_inference(quant: bool | str | dict, fp8_data_path: str | None) -> InferencePlan:
     """The fp8 inference step `quant` asks for (the config's mode decides), checked against the engine in force."""
     path = data_dir(fp8_data_path)
     config, mode = _step_config(path, quant)
@@ -329,7 +330,7 @@ def _measurements_written_first(model: torch.nn.Module, config: Mapping[str, Any
 
 
 def prepare_inference(
-    model: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
+    model: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
 ) -> torch.nn.Module:
     """Set `model` up to measure or to run quantized (the config's mode decides); returns the model to use."""
     return apply_inference(model, plan_inference(quant, fp8_data_path))
@@ -374,7 +375,7 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
     return model
 
 
-def finalize_measurements(module: Optional[torch.nn.Module] = None) -> list[Path]:
+def finalize_measurements(module: torch.nn.Module | None = None) -> list[Path]:
     """Write the measurements of `module` (or of every model measuring in this process) while it is still on the
     device; returns the files written. Models already written are skipped."""
     targets = [(module, _states.get(module))] if module is not None else list(_states.items())

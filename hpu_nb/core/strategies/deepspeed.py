@@ -16,7 +16,7 @@ import os
 import weakref
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from lightning.fabric.plugins.precision.utils import _convert_fp_tensor
@@ -85,14 +85,14 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
         self.device = device
         self._init_fp8(recipe, replace_layers)
         self._planned: list[tuple[weakref.ref, Any]] = []  # inference conversions waiting for DeepSpeed's wrapping
-        self.inference_engine_dtype: Optional[torch.dtype] = None  # set while deepspeed.init_inference's engine runs
+        self.inference_engine_dtype: torch.dtype | None = None  # set while deepspeed.init_inference's engine runs
 
     @property
     def engine_precision(self) -> str:
         """The precision DeepSpeed's config is written for ("bf16-mixed" for "fp8")."""
         return ENGINE_PRECISION.get(self.precision, self.precision)
 
-    def use_inference_engine(self, weights_dtype: Optional[torch.dtype]) -> None:
+    def use_inference_engine(self, weights_dtype: torch.dtype | None) -> None:
         """Called by the strategy: the model runs in deepspeed.init_inference's engine, whose weights keep the engine's
         own dtype (its `dtype` argument), not the training config's bf16 / fp16; None: back to DeepSpeed's engine."""
         self.inference_engine_dtype = weights_dtype
@@ -115,7 +115,7 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
 
     @override
     def _convert_for_inference(
-        self, module: torch.nn.Module, quant: Union[bool, str, dict], fp8_data_path: Optional[str]
+        self, module: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
     ) -> torch.nn.Module:
         from hpu_nb.core import fp8
 
@@ -388,7 +388,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         )
         self._apply_planned_fp8_conversions()
 
-    def _use_inference_engine(self, module: Optional[torch.nn.Module]) -> None:
+    def _use_inference_engine(self, module: torch.nn.Module | None) -> None:
         """Tell the precision plugin whether the inference engine runs `module`, and in which dtype its weights are."""
         plugin = self.precision_plugin
         if isinstance(plugin, HPUDeepSpeedPrecisionPlugin):

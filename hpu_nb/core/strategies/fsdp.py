@@ -185,9 +185,9 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         import lightning.pytorch.strategies.fsdp as pl_fsdp
 
         assert self.model is not None
-        with _full_state_dict_offload(self.root_device.type != "cpu"):
-            with pl_fsdp._get_full_state_dict_context(self.model, world_size=self.world_size):
-                return self.model.state_dict()
+        with _full_state_dict_offload(self.root_device.type != "cpu"), \
+                pl_fsdp._get_full_state_dict_context(self.model, world_size=self.world_size):
+            return self.model.state_dict()
 
     @override
     def _process_launcher(self, start_method: str) -> Any:

@@ -7,7 +7,8 @@ Written once as a mixin so the single-device, DDP, DeepSpeed and FSDP strategies
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lightning.pytorch.plugins.io.checkpoint_plugin import CheckpointIO
 from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO

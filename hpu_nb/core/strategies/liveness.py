@@ -148,7 +148,7 @@ class RankProgress:
             self._store = TCPStore(
                 host, port, is_master=False, timeout=timedelta(seconds=10), wait_for_workers=False
             )
-        except Exception:  # noqa: BLE001  no store, no reports: a failure is still bounded, only less well explained
+        except Exception:
             self._store = None
             return
         self._publish()
@@ -159,7 +159,7 @@ class RankProgress:
         try:
             self._store.set(f"{KEY_PREFIX}{self.rank}", json.dumps(self.snapshot()))
             return True
-        except Exception:  # noqa: BLE001  the store went away (its host ended): nothing more to report to
+        except Exception:
             return False
 
     def _run(self) -> None:
@@ -201,7 +201,7 @@ class RankProgress:
             try:
                 known = self._store is not None and self._store.check([key])
                 out[rank] = json.loads(self._store.get(key)) if known else None
-            except Exception:  # noqa: BLE001
+            except Exception:
                 out[rank] = None
         return out
 
@@ -289,7 +289,7 @@ class RankProgress:
             elif not self._store.check([key]):
                 return None
             return self._store.get(key).decode()
-        except Exception:  # noqa: BLE001  not noted (in time), or the store is gone
+        except Exception:
             return None
 
 

@@ -11,7 +11,6 @@ from typing_extensions import override
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import get_backend
 
-
 __all__ = ["SingleHPUStrategy"]
 
 

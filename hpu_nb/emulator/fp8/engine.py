@@ -18,8 +18,9 @@ import os
 import re
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -127,7 +128,7 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
     name = "emulated transformer engine + measure / quantize (fp8 numerics on the CPU)"
 
     def __init__(self) -> None:
-        self._recorders: "weakref.WeakKeyDictionary[torch.nn.Module, _Recorder]" = weakref.WeakKeyDictionary()
+        self._recorders: weakref.WeakKeyDictionary[torch.nn.Module, _Recorder] = weakref.WeakKeyDictionary()
 
     # -- inference
     def check_inference_config(self, config: Mapping[str, Any]) -> None:

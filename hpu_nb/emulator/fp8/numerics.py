@@ -22,7 +22,7 @@ import contextlib
 import functools
 import math
 import struct
-from typing import Callable, Iterator, Optional, Union
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -73,7 +73,7 @@ _FLOAT32_EXPONENT_BITS = 0x7F800000
 
 
 def round_to_fp8_grid(
-    scaled: torch.Tensor, dtype: torch.dtype, saturate: bool = True, scratch: Optional[torch.Tensor] = None
+    scaled: torch.Tensor, dtype: torch.dtype, saturate: bool = True, scratch: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Round a float32 tensor (already multiplied by its scale) to the nearest `dtype` value, in place and returned.
 
@@ -100,9 +100,9 @@ def round_to_fp8_grid(
 
 
 def quantize_to_grid(
-    x: torch.Tensor, scale: Union[float, torch.Tensor], dtype: torch.dtype,
-    x_amax: Union[float, torch.Tensor, None] = None, scratch: Optional[torch.Tensor] = None,
-    out: Optional[torch.Tensor] = None,
+    x: torch.Tensor, scale: float | torch.Tensor, dtype: torch.dtype,
+    x_amax: float | torch.Tensor | None = None, scratch: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`quantize(x, scale, dtype).float()`, computed without fp8 casts: x * scale on the fp8 grid, as float32.
 
@@ -112,10 +112,8 @@ def quantize_to_grid(
     faulting in, the pages of a large tensor)."""
     scale = float(scale)  # a float32 value, exactly; x * scale still multiplies in float32
     if out is not None and out.shape == x.shape and out.dtype == torch.float32:
-        if x.dtype == torch.float32:
-            scaled = torch.mul(x, scale, out=out)
-        else:  # x.float() * scale: the conversion to float32 is exact, the product rounds once, in float32
-            scaled = out.copy_(x).mul_(scale)
+        # x.float() * scale: the conversion to float32 is exact, the product rounds once, in float32
+        scaled = torch.mul(x, scale, out=out) if x.dtype == torch.float32 else out.copy_(x).mul_(scale)
     else:
         scaled = x.float() * scale
     saturate = x_amax is None or not float(x_amax) * scale <= fp8_max(dtype)  # exact product: a safe test
@@ -125,10 +123,10 @@ def quantize_to_grid(
 FUSED_INPUT_DTYPES = (torch.float32, torch.bfloat16)
 FUSED_DEVICE_TYPES = ("cpu", "hpu")  # an emulated hpu tensor's data is host memory
 FUSED_KERNEL = ("hpu_emu", "fp8_round_amax")  # torch.ops namespace and name, in hpu_device.cpp
-_fused_kernel: Optional[Callable[..., float]] = None
+_fused_kernel: Callable[..., float] | None = None
 
 
-def fused_rounding_kernel() -> Optional[Callable[..., float]]:
+def fused_rounding_kernel() -> Callable[..., float] | None:
     """`torch.ops.hpu_emu.fp8_round_amax` where the emulated device's library is loaded and has it, else None (never
     loads the library: asked again on the next call, as it may be loaded later)."""
     global _fused_kernel
@@ -164,9 +162,9 @@ def fused_rounding_applies(x: torch.Tensor) -> bool:
 
 
 def quantize_with_amax(
-    x: torch.Tensor, scale: Union[float, torch.Tensor], dtype: torch.dtype, need_amax: bool = True,
-    scratch: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Optional[float]]:
+    x: torch.Tensor, scale: float | torch.Tensor, dtype: torch.dtype, need_amax: bool = True,
+    scratch: torch.Tensor | None = None, out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, float | None]:
     """(quantize_to_grid(x, scale, dtype), amax_value(x)): what delayed scaling needs of a tensor (quantised with
     the history's scale, its own amax recorded), in one pass over x where the fused kernel runs. Without it, two
     torch passes, and the amax (None) only when `need_amax`. `scratch` / `out` as in quantize_to_grid."""
@@ -188,7 +186,7 @@ def to_float32(value: float) -> float:
     return struct.unpack("f", struct.pack("f", value))[0]
 
 
-def inverse_scale(a_scale: Union[float, torch.Tensor], b_scale: Union[float, torch.Tensor]) -> float:
+def inverse_scale(a_scale: float | torch.Tensor, b_scale: float | torch.Tensor) -> float:
     """(1 / a_scale) * (1 / b_scale) in float32 arithmetic, as `scaled_mm` forms the factor torch._scaled_mm applies.
     Each operation is done in double and rounded to float32: for float32 operands that double rounding is exact
     (53 >= 2 * 24 + 2), so this is the float32 result."""
@@ -197,7 +195,7 @@ def inverse_scale(a_scale: Union[float, torch.Tensor], b_scale: Union[float, tor
 
 
 def fp8_grid_mm(
-    a: torch.Tensor, b: torch.Tensor, inverse: float, bias: Optional[torch.Tensor] = None
+    a: torch.Tensor, b: torch.Tensor, inverse: float, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """(a @ b) * inverse (+ bias) in float32 for fp8-valued float32 `a` (m, k), `b` (k, n) and inverse =
     inverse_scale(a_scale, b_scale): the product torch._scaled_mm computes. Every fp8 value is exactly a bfloat16, so

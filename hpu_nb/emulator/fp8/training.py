@@ -14,7 +14,8 @@ linear.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,7 @@ class Fp8State:
     calibrating = False
     recipe: Any = None  # the recipe object the region was given (te's DelayedScaling, hpu_nb's, or a dict)
     depth = 0
-    _converted: tuple[Any, Optional[DelayedScaling]] = (None, None)
+    _converted: tuple[Any, DelayedScaling | None] = (None, None)
 
     @classmethod
     def hpu_nb_recipe(cls) -> DelayedScaling:
@@ -91,7 +92,7 @@ def fp8_enabled() -> bool:
     return Fp8State.enabled
 
 
-def active_recipe() -> Optional[DelayedScaling]:
+def active_recipe() -> DelayedScaling | None:
     """The recipe of the enclosing fp8 region as hpu_nb's DelayedScaling, None outside any region."""
     return Fp8State.hpu_nb_recipe() if Fp8State.recipe is not None else None
 
@@ -118,7 +119,7 @@ class _Fp8Matmul(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], layer: "Fp8Linear",
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: Fp8Linear,
         recipe: DelayedScaling,
     ) -> torch.Tensor:
         fwd = recipe.fp8_format.forward_dtype
@@ -178,12 +179,12 @@ class Fp8Linear(torch.nn.Module):
         self._setup(linear.in_features, linear.out_features, linear.weight, linear.bias, recipe,
                     linear.weight.device)
 
-    def _setup(self, in_features: int, out_features: int, weight: Optional[torch.nn.Parameter],
-               bias: Optional[torch.nn.Parameter], recipe: Any, device: Any) -> None:
+    def _setup(self, in_features: int, out_features: int, weight: torch.nn.Parameter | None,
+               bias: torch.nn.Parameter | None, recipe: Any, device: Any) -> None:
         self.in_features, self.out_features = in_features, out_features
         self.weight = weight
         self.bias = bias
-        self.recipe: Optional[DelayedScaling] = as_recipe(recipe) if recipe is not None else None
+        self.recipe: DelayedScaling | None = as_recipe(recipe) if recipe is not None else None
         history = self.recipe.amax_history_len if self.recipe is not None else DEFAULT_HISTORY
         self.register_buffer("amax_history", torch.zeros(history, 3, device=device))
         self.register_buffer("scale", torch.ones(3, device=device))
@@ -195,15 +196,15 @@ class Fp8Linear(torch.nn.Module):
         self._buffers_free: dict[str, list[torch.Tensor]] = {}
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> "Fp8Linear":
+    def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> Fp8Linear:
         return cls(linear, recipe)
 
-    def _record(self, which: int, value: Optional[float]) -> None:
+    def _record(self, which: int, value: float | None) -> None:
         assert value is not None
         self._pending[which].append(value)
 
-    def _quantize(self, role: str, x: torch.Tensor, scale: float, dtype: torch.dtype, out: Optional[torch.Tensor],
-                  need_amax: Optional[bool] = None) -> tuple[torch.Tensor, Optional[float]]:
+    def _quantize(self, role: str, x: torch.Tensor, scale: float, dtype: torch.dtype, out: torch.Tensor | None,
+                  need_amax: bool | None = None) -> tuple[torch.Tensor, float | None]:
         """numerics.quantize_with_amax with this layer's work tensor for `role` (only where the torch passes run);
         the amax is needed in training (None: `self.training`)."""
         scratch = None if fused_rounding_applies(x) else self._scratch_for(role, x)
@@ -217,7 +218,7 @@ class Fp8Linear(torch.nn.Module):
             scratch = self._scratch[role] = torch.empty(like.shape, dtype=torch.float32, device=like.device)
         return scratch
 
-    def _take_buffer(self, role: str, like: torch.Tensor) -> Optional[torch.Tensor]:
+    def _take_buffer(self, role: str, like: torch.Tensor) -> torch.Tensor | None:
         """A float32 tensor shaped like `like` whose last backward is done (None: allocate one). Were a retained
         graph's backward run again after this reuse, autograd would refuse it (a saved tensor changed), never compute
         with the new values."""
@@ -261,7 +262,7 @@ class Fp8Linear(torch.nn.Module):
             if new != old:
                 self.scale.copy_(torch.tensor(new, dtype=self.scale.dtype))
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if not Fp8State.enabled:
             if Fp8State.calibrating and self.training:  # te's calibration: statistics from a higher-precision run
                 self._roll_history(self.recipe or Fp8State.hpu_nb_recipe())

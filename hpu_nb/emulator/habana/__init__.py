@@ -14,8 +14,9 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 PACKAGE = "habana_frameworks"
 ROOT = Path(__file__).with_name(PACKAGE)

@@ -12,12 +12,13 @@ HOME on some clusters) and HPU_NB_CACHE_DIR was not set, the library goes to a p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 # fcntl, shutil, signal, subprocess, tempfile and time are imported where a build needs them: torch's autoload imports
 # this module on every `import torch` only to find the built library (benchmarks/bench_autoload.py).
@@ -151,7 +152,7 @@ def _open_writable_dir() -> tuple[Path, object]:
     for directory in _library_dirs():
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            lock = open(directory / ".build.lock", "a")
+            lock = open(directory / ".build.lock", "a")  # noqa: SIM115 -- held open (locked) until the build ends
         except OSError as err:
             failures.append(f"{directory}: {err.strerror or err}")
             continue
@@ -223,10 +224,8 @@ def _guard(parent: int, command: list[str]) -> int:
     compiler = subprocess.Popen(command, start_new_session=True)
 
     def stop(signum: int, frame: object) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(compiler.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         os._exit(128 + signum)  # no wait() here: the main thread may be inside it
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -7,16 +7,16 @@ Habana's own FusedAdamW call `hpu::optimizer_adamw`.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 
-_library: Optional[torch.library.Library] = None
+_library: torch.library.Library | None = None
 
 
 def _adamw(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
            exp_avg_sqs: Sequence[torch.Tensor], neg_step: torch.Tensor, beta1: float, beta2: float, epsilon: float,
-           weight_decay: Union[torch.Tensor, float, None]) -> None:
+           weight_decay: torch.Tensor | float | None) -> None:
     """One AdamW step in place: moments, decoupled weight decay (a multiplier), then
     weight += neg_step * m / (sqrt(v) + eps)."""
     if not weights:
@@ -30,13 +30,13 @@ def _adamw(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], exp_a
             weight.add_(exp_avg / exp_avg_sq.sqrt().add_(epsilon) * neg_step)
 
 
-def _optimizer_adamw(grads, weights, exp_avgs, exp_avg_sqs, neg_step_t, beta1, beta2, epsilon,  # noqa: ANN001
+def _optimizer_adamw(grads, weights, exp_avgs, exp_avg_sqs, neg_step_t, beta1, beta2, epsilon,
                      weight_decay, has_weight_decay, exp_avg_scales=None, exp_avg_sq_scales=None) -> None:
     _adamw(grads, weights, exp_avgs, exp_avg_sqs, neg_step_t, beta1, beta2, epsilon,
            weight_decay if has_weight_decay else None)
 
 
-def _optimizer_adamw_lazy(grads, weights, exp_avgs, exp_avg_sqs, neg_step_t, beta1, beta2, epsilon,  # noqa: ANN001
+def _optimizer_adamw_lazy(grads, weights, exp_avgs, exp_avg_sqs, neg_step_t, beta1, beta2, epsilon,
                           weight_decay, exp_avg_scales=None, exp_avg_sq_scales=None) -> None:
     _adamw(grads, weights, exp_avgs, exp_avg_sqs, neg_step_t, beta1, beta2, epsilon,
            weight_decay if weight_decay != 1.0 else None)

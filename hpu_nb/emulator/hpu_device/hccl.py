@@ -8,8 +8,9 @@ host memory, so results land in the hpu tensors with no copy.
 from __future__ import annotations
 
 import atexit
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -55,14 +56,14 @@ class EmulatedHCCL(ProcessGroup):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
 
-    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+    def getBackendName(self) -> str:
         return BACKEND_NAME
 
     @property
     def _device_types(self) -> list[torch.device]:
         return [torch.device("hpu")]
 
-    def _get_backend(self, device: Any) -> "_BackendView":
+    def _get_backend(self, device: Any) -> _BackendView:
         """What torch asks of a group's per-device backend (capabilities), answered as Habana's HCCL would."""
         if torch.device(device).type != "hpu":
             raise RuntimeError(f"No backend type associated with device type {torch.device(device).type}")
@@ -120,7 +121,7 @@ class EmulatedHCCL(ProcessGroup):
         outputs = [_hosts(group) for group in output_lists]
         return self._gloo.allgather_coalesced(outputs, _hosts(inputs), opts or dist.AllgatherOptions())
 
-    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         return self._gloo._allgather_base(_host(output), _host(input), opts or dist.AllgatherOptions())
 
     _allgather_base = all_gather_single  # the name before torch 2.10
@@ -139,7 +140,7 @@ class EmulatedHCCL(ProcessGroup):
         work = self._gloo.reduce_scatter(outputs, [_hosts(group) for group in input_tensors], opts)
         return self._averaged(work, outputs) if average else work
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         opts, average = self._reduce_options(opts or dist.ReduceScatterOptions(), dist.ReduceScatterOptions)
         host_output = _host(output)
         work = self._gloo._reduce_scatter_base(host_output, _host(input), opts)
@@ -154,7 +155,7 @@ class EmulatedHCCL(ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],  # noqa: A002
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                           input_split_sizes: list[int], opts: Any = None) -> Any:
         return self._gloo.alltoall_base(_host(output), _host(input), output_split_sizes, input_split_sizes,
                                         opts or dist.AllToAllOptions())

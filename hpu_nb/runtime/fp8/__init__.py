@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ContextManager, Mapping
+from typing import Any
 
 from hpu_nb.runtime.fp8.recipe import AMAX_ALGOS, DelayedScaling, Format, as_recipe
 
@@ -38,7 +40,7 @@ class Fp8Engine(ABC):
         """An fp8 training layer holding `linear`'s weight and bias (not re-initialised); `recipe` as for autocast."""
 
     @abstractmethod
-    def autocast(self, enabled: bool, recipe: Any) -> ContextManager[None]:
+    def autocast(self, enabled: bool, recipe: Any) -> AbstractContextManager[None]:
         """fp8 for this engine's layers inside the block; `recipe` is hpu_nb's DelayedScaling, a dict, None, or the
         engine's own recipe object."""
 

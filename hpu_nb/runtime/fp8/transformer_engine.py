@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from hpu_nb.runtime.fp8.recipe import as_recipe
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from habana_frameworks.torch.hpex.experimental.transformer_engine import (  # noqa: F401
+from habana_frameworks.torch.hpex.experimental.transformer_engine import (
     Linear,
     distributed,
     fp8,

@@ -15,7 +15,8 @@ samples, collated by torch: the fake decodes nothing.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,7 @@ from torch.utils.data._utils.collate import default_collate
 
 __all__ = ["HabanaDataLoader"]
 
-BUILT: list["HabanaDataLoader"] = []  # every loader built while the fake is installed, for the tests
+BUILT: list[HabanaDataLoader] = []  # every loader built while the fake is installed, for the tests
 MEDIA_SEED = 1234  # the media pipe's own seed: not the sampler's
 AEON_SEED = 5  # aeon's file_shuffle_seed
 

@@ -18,9 +18,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 GiB = 1 << 30
 # What memory_stats()["Limit"] reports on each card: a little under the HBM (the runtime keeps some).

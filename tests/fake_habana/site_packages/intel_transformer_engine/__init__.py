@@ -9,9 +9,9 @@ float8 (E4M3 forward, per-tensor max-abs scaling) and returns bfloat16, as fp8 m
 import contextlib
 
 import torch
-
 from habana_frameworks._fake import STATE as _STATE
 from habana_frameworks._fake import recorded as _recorded
+
 from intel_transformer_engine import fp8, recipe  # noqa: F401
 from intel_transformer_engine.fp8 import FP8GlobalStateManager
 

@@ -26,7 +26,7 @@ def _is_loaded() -> bool:
     return _loaded_here or "habana_frameworks.torch" in sys.modules
 
 
-def __autoload() -> None:  # noqa: N807 (Habana's entry point name)
+def __autoload() -> None:
     global _loaded_here
     if _is_loaded() or not is_autoload_enabled():
         return

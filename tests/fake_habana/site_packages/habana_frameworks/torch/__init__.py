@@ -23,7 +23,7 @@ from hpu_nb.emulator import hpu_device as _hpu_device  # noqa: E402
 # from here torch.accelerator is hpu, with no card acquired (Lightning passes device_id=hpu:0 to init_process_group).
 _hpu_device.announce()
 
-import habana_frameworks.torch.activity_profiler  # noqa: E402, F401
-import habana_frameworks.torch.core  # noqa: E402, F401
-import habana_frameworks.torch.distributed.hccl  # noqa: E402, F401
-import habana_frameworks.torch.hpu  # noqa: E402, F401
+import habana_frameworks.torch.activity_profiler  # noqa: E402
+import habana_frameworks.torch.core  # noqa: E402
+import habana_frameworks.torch.distributed.hccl  # noqa: E402
+import habana_frameworks.torch.hpu  # noqa: E402

@@ -12,8 +12,9 @@ changes nothing; `restore_torch_profiler()` undoes it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import torch
 
@@ -32,7 +33,7 @@ class HabanaProfilerActivity(Enum):
     HPU = 3
 
 
-_originals: Optional[tuple[Any, Any, Any]] = None
+_originals: tuple[Any, Any, Any] | None = None
 
 
 def register_habana_activity_profiler() -> None:
@@ -48,16 +49,16 @@ def register_habana_activity_profiler() -> None:
         wanted = [activity.CPU] if names & {"CPU", "HPU"} else []  # the emulated card's ops are CPU ops
         return wanted + ([activity.CUDA] if "CUDA" in names else [])
 
-    class habana_profile(profile):  # noqa: N801 (Habana's name)
-        def __init__(self, *, activities: Optional[Iterable[Any]] = None,
-                     debug_activities: Optional[Iterable[DebugActivity]] = None, **kwargs: Any) -> None:
+    class habana_profile(profile):
+        def __init__(self, *, activities: Iterable[Any] | None = None,
+                     debug_activities: Iterable[DebugActivity] | None = None, **kwargs: Any) -> None:
             activities = list(activities) if activities is not None else [HabanaProfilerActivity.CPU,
                                                                           HabanaProfilerActivity.HPU]
             self.hpu_profiling_active = any(getattr(a, "name", None) == "HPU" for a in activities)
             self.debug_activities = list(debug_activities or [])
             super().__init__(activities=torch_activities(activities), **kwargs)
 
-    class habana_autograd_profile_wrapper(autograd_profile):  # noqa: N801 (Habana's name)
+    class habana_autograd_profile_wrapper(autograd_profile):
         """Habana appends its HPU events to the chrome trace; the emulated card's are already in it."""
 
     _originals = (activity, profile, autograd_profile)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from habana_frameworks.torch import hpu  # noqa: F401  (htcore.hpu, as in Habana's core)
-from habana_frameworks.torch.core import step_closure  # noqa: F401
+from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.core.step_closure import add_step_closure, iter_mark_step, mark_step  # noqa: F401
 from habana_frameworks.torch.utils.internal import is_lazy  # noqa: F401
 

@@ -6,7 +6,8 @@ closures, as Habana's does after executing the graph; in eager mode it does noth
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from habana_frameworks.torch.utils.internal import is_lazy
 

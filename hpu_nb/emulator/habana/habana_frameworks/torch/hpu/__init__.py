@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Iterator, Optional, Union
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -21,8 +22,9 @@ from hpu_nb.emulator import hpu_device
 from hpu_nb.runtime import compile_backend, env
 
 __emulated__ = True
-from habana_frameworks.torch.hpu import metrics  # noqa: E402, F401  (hthpu.metrics.metric_global, as Habana's)
-_device_t = Union[torch.device, str, int, None]
+from habana_frameworks.torch.hpu import metrics  # noqa: F401  (hthpu.metrics.metric_global, as Habana's)
+
+_device_t = torch.device | str | int | None
 _initialized = False
 _init_lock = threading.Lock()
 
@@ -185,7 +187,7 @@ class Stream(torch.Stream):
     """An HPU stream (torch's own Stream type, so `tensor.record_stream` takes it). The emulated card runs in order
     and eagerly: work is finished when the call returns, so there is never anything to wait for."""
 
-    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
         return super().__new__(cls, device=torch.device("hpu", _get_device_index(device, optional=True)),
                                priority=priority)
 
@@ -195,7 +197,7 @@ class Stream(torch.Stream):
     def wait_stream(self, stream: Any) -> None:
         pass
 
-    def record_event(self, event: Optional["Event"] = None) -> "Event":
+    def record_event(self, event: Event | None = None) -> Event:
         event = event if event is not None else Event()
         event.record(self)
         return event
@@ -215,12 +217,12 @@ class Event:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
-        self._recorded_at: Optional[float] = None
+        self._recorded_at: float | None = None
 
-    def record(self, stream: Optional[Stream] = None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         self._recorded_at = time.perf_counter()
 
-    def wait(self, stream: Optional[Stream] = None) -> None:
+    def wait(self, stream: Stream | None = None) -> None:
         pass
 
     def query(self) -> bool:
@@ -229,7 +231,7 @@ class Event:
     def synchronize(self) -> None:
         pass
 
-    def elapsed_time(self, end_event: "Event") -> float:
+    def elapsed_time(self, end_event: Event) -> float:
         if self._recorded_at is None or end_event._recorded_at is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
         return (end_event._recorded_at - self._recorded_at) * 1000.0
@@ -257,7 +259,7 @@ def set_stream(stream: Stream) -> None:
 
 
 @contextlib.contextmanager
-def stream(stream: Optional[Stream]) -> Iterator[None]:
+def stream(stream: Stream | None) -> Iterator[None]:
     """Make `stream` current inside the block."""
     previous = getattr(_tls_streams, "stream", None)
     if stream is not None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import collections
 import warnings
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -46,7 +47,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.ops: list[tuple[Any, tuple, dict, Any]] = []
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         self.ops.append((func, args, kwargs, out))
@@ -62,7 +63,7 @@ class HPUGraph:
     """An HPU graph: `capture_begin()` ... `capture_end()`, then `replay()` (emulated: the recorded ops run again)."""
 
     def __init__(self) -> None:
-        self._recorder: Optional[_Recorder] = None
+        self._recorder: _Recorder | None = None
         self._ops: list[tuple[Any, tuple, dict, Any]] = []
 
     def capture_begin(self, dry_run: bool = False) -> None:
@@ -111,7 +112,7 @@ class HPUGraph:
         return f"<HPUGraph (emulated): {len(self._ops)} recorded ops>"
 
 
-class graph:  # noqa: N801 (Habana's name)
+class graph:
     """`with hthpu.graph(g): ...` captures the block into `g`."""
 
     def __init__(self, hpu_graph: HPUGraph, stream: Any = None, dry_run: bool = False) -> None:
@@ -136,7 +137,7 @@ def make_graphed_callables(callables: Any, sample_args: Any, warmups: int = 0, a
 
 
 def wrap_in_hpu_graph(module: torch.nn.Module, asynchronous: bool = False, disable_tensor_cache: bool = False,
-                      dry_run: bool = False, max_graphs: Optional[int] = None) -> torch.nn.Module:
+                      dry_run: bool = False, max_graphs: int | None = None) -> torch.nn.Module:
     """The module, unchanged, with Habana's `clear_cache()` / `clear_inputs()` (nothing to clear here)."""
     say_once()
     module.clear_cache = lambda: None  # type: ignore[assignment]
@@ -145,7 +146,7 @@ def wrap_in_hpu_graph(module: torch.nn.Module, asynchronous: bool = False, disab
 
 
 def wrap_in_hpu_graph_func(func: Callable, asynchronous: bool = False, disable_tensor_cache: bool = False,
-                           dry_run: bool = False, max_graphs: Optional[int] = None) -> Callable:
+                           dry_run: bool = False, max_graphs: int | None = None) -> Callable:
     say_once()
     return func
 
@@ -158,7 +159,7 @@ class ModuleCacher:
 
     def __call__(self, model: torch.nn.Module, inplace: bool = True, allow_unused_input: bool = False,
                  asynchronous: bool = False, have_grad_accumulation: bool = False, verbose: bool = False,
-                 max_graphs: Optional[int] = None, disable_tensor_cache: bool = False, dry_run: bool = False,
+                 max_graphs: int | None = None, disable_tensor_cache: bool = False, dry_run: bool = False,
                  **kwargs: Any) -> torch.nn.Module:
         say_once()
         return model

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from hpu_nb.runtime import compile_backend
 
@@ -25,7 +26,7 @@ _TRUE = ("1", "y", "yes", "t", "true", "on")
 class Metric:
     """One of Habana's metrics: `name()`, `stats()` -> [(tag, value), ...], `reset()`."""
 
-    def __init__(self, name: str, baseline: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, name: str, baseline: dict[str, Any] | None = None) -> None:
         self._name = name
         self._baseline = baseline or {}
 
@@ -78,7 +79,7 @@ def _known() -> tuple[str, ...]:
 _globals: dict[str, Metric] = {}
 
 
-def metric_global(name: str) -> Optional[Metric]:
+def metric_global(name: str) -> Metric | None:
     """The process-wide metric `name`, or None when this release has no such metric."""
     if name not in _known():
         return None

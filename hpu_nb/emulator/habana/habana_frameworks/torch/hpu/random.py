@@ -5,11 +5,11 @@ DeepSpeed's HPU accelerator reaches these as `hpu.random.*` (activation checkpoi
 
 from __future__ import annotations
 
-from typing import Iterable, Union
+from collections.abc import Iterable
 
 import torch
 
-_device_t = Union[torch.device, str, int, None]
+_device_t = torch.device | str | int | None
 default_generators = (torch.default_generator,)
 
 

@@ -1,1 +1,1 @@
-from .activity_profiler import *  # noqa: F401,F403  (importing it makes the swap, as in Habana's package)
+from .activity_profiler import *  # noqa: F403  (importing it makes the swap, as in Habana's package)

@@ -9,11 +9,11 @@ torch.autograd.profiler.profile a subclass. Uninstalling the fake puts torch's c
 
 from enum import Enum
 
+from habana_frameworks._fake import STATE as _STATE
+
 import torch
 import torch.autograd.profiler
 import torch.profiler
-
-from habana_frameworks._fake import STATE as _STATE
 
 for _name, _value in (("ProfilerActivity", torch.profiler.ProfilerActivity), ("profile", torch.profiler.profile),
                       ("autograd.profile", torch.autograd.profiler.profile)):
@@ -22,11 +22,11 @@ for _name, _value in (("ProfilerActivity", torch.profiler.ProfilerActivity), ("p
 _original_activity = _STATE.originals["ProfilerActivity"]
 
 
-class habana_autograd_profile_wrapper(_STATE.originals["autograd.profile"]):  # noqa: N801 (Habana's name)
+class habana_autograd_profile_wrapper(_STATE.originals["autograd.profile"]):
     pass
 
 
-class habana_profile(_STATE.originals["profile"]):  # noqa: N801 (Habana's name)
+class habana_profile(_STATE.originals["profile"]):
     def __init__(self, *, activities=None, debug_activities=None, **kwargs):
         activities = (HabanaProfilerActivity.CPU, HabanaProfilerActivity.HPU) if activities is None else activities
         self.hpu_profiling_active = HabanaProfilerActivity.HPU in activities

@@ -8,13 +8,13 @@ graph to end. Every call is recorded either way, so tests see what was asked of 
 
 import os
 
-import torch
-
 import habana_frameworks.torch.hpu as _hthpu
-from habana_frameworks.torch import hpu  # noqa: F401  (htcore.hpu, as in Habana's core)
 from habana_frameworks._fake import STATE as _STATE
 from habana_frameworks._fake import recorded as _recorded
-from habana_frameworks.torch.utils.internal import is_lazy  # noqa: F401
+from habana_frameworks.torch import hpu  # noqa: F401  (htcore.hpu, as in Habana's core)
+from habana_frameworks.torch.utils.internal import is_lazy
+
+import torch
 
 _STATE.calls.record("import habana_frameworks.torch.core")
 if getattr(torch, "hpu", None) is not _hthpu:

@@ -168,7 +168,7 @@ def set_device(device):
 set_device.current_device_idx = -1
 
 
-class device:  # noqa: N801 (Habana's name)
+class device:
     """Context manager selecting a device (torch.load uses it for hpu tensors); one card per process, hpu:0."""
 
     def __init__(self, device):
@@ -183,7 +183,7 @@ class device:  # noqa: N801 (Habana's name)
         return False
 
 
-class device_of(device):  # noqa: N801 (Habana's name)
+class device_of(device):
     def __init__(self, obj):
         super().__init__(obj.get_device() if obj.device.type == "hpu" else -1)
 

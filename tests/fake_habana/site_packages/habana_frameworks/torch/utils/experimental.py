@@ -11,7 +11,7 @@ from habana_frameworks._fake import SYN_DEVICE_TYPES as _TYPES
 from habana_frameworks._fake import recorded as _recorded
 
 
-class synDeviceType(enum.IntEnum):  # noqa: N801 (Habana's name)
+class synDeviceType(enum.IntEnum):
     synDeviceGaudi = _TYPES["GAUDI"]
     synDeviceGaudi2 = _TYPES["GAUDI2"]
     synDeviceGaudi3 = _TYPES["GAUDI3"]

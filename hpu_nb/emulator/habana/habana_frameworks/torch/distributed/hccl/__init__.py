@@ -9,7 +9,6 @@ this local rank, from HABANA_VISIBLE_MODULES when set). Collectives run over glo
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import habana_frameworks.torch.hpu  # noqa: F401  (the device first)
 
@@ -44,8 +43,8 @@ def _module_id(local_rank: int, world_size: int) -> None:
         os.environ["HLS_MODULE_ID"] = str(local_rank)
 
 
-def initialize_distributed_hpu(world_size: Optional[int] = None, rank: Optional[int] = None,
-                               local_rank: Optional[int] = None) -> tuple[int, int, int]:
+def initialize_distributed_hpu(world_size: int | None = None, rank: int | None = None,
+                               local_rank: int | None = None) -> tuple[int, int, int]:
     """(world_size, rank, local_rank): the arguments when all are given (and exported), else the environment's."""
     if world_size is not None and rank is not None and local_rank is not None:
         os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"] = (

@@ -10,7 +10,7 @@ torch's CPU kernels.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch.nn._reduction import get_enum
@@ -56,7 +56,7 @@ class CTCLoss(torch.autograd.Function):
         return loss
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         log_probs, targets, input_lengths, target_lengths, losses, alpha = ctx.saved_tensors
         batch = losses.shape[0]
         with torch.autocast("hpu", enabled=False):

@@ -19,11 +19,10 @@ recompute a memory trade (the probabilities are recomputed in backward instead o
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
-
-import torch
+from typing import Any
 
 import habana_frameworks.torch.hpu as ht
+import torch
 from habana_frameworks.torch.hpex.kernels import _sdpa_math
 from habana_frameworks.torch.hpex.kernels._sdpa_math import Masking
 
@@ -35,7 +34,7 @@ def is_gqa(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.dim() == 4 and q.shape[1] != k.shape[1] and k.shape[1] != 1
 
 
-def gqa_input_reshape_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor]):
+def gqa_input_reshape_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None):
     """Put each group's query heads next to its key/value head: q [B, G, H/G, T, D], k/v [B, G, 1, S, D]; a mask with
     H heads is grouped the same way, a mask with one head gets a group axis of 1."""
     batch, heads, q_len, dim = q.shape
@@ -58,8 +57,8 @@ def gqa_output_reshape(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.reshape(batch, groups * per_group, rows, cols)
 
 
-def _check_arguments(requires_backward: bool, attn_mask: Optional[torch.Tensor], is_causal: bool, softmax_mode: str,
-                     recompute: bool, valid_seq_len: Optional[torch.Tensor], return_dropout_mask: bool) -> None:
+def _check_arguments(requires_backward: bool, attn_mask: torch.Tensor | None, is_causal: bool, softmax_mode: str,
+                     recompute: bool, valid_seq_len: torch.Tensor | None, return_dropout_mask: bool) -> None:
     """Habana's checks after the recompute choice, in its order and with its messages."""
     if recompute and requires_backward and softmax_mode == "fast" and not is_causal:
         raise AssertionError(
@@ -85,18 +84,18 @@ class FusedSDPA(torch.autograd.Function):
     """Fused scaled-dot-product attention with Gaudi's signature (see the module docstring)."""
 
     @staticmethod
-    def forward(  # noqa: PLR0913 (Habana's signature)
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        attn_mask: Optional[torch.Tensor] = None,
+        attn_mask: torch.Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
-        scale: Optional[float] = None,
+        scale: float | None = None,
         softmax_mode: str = "None",
-        recompute_mode: Optional[bool] = None,
-        valid_seq_len: Optional[torch.Tensor] = None,
+        recompute_mode: bool | None = None,
+        valid_seq_len: torch.Tensor | None = None,
         seq_padding_type: str = "left",
         return_dropout_mask: bool = False,
         return_attn_probs: bool = False,
@@ -142,7 +141,7 @@ class FusedSDPA(torch.autograd.Function):
         return (out, *extras)
 
     @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor, *unused: Any) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, dout: torch.Tensor, *unused: Any) -> tuple[torch.Tensor | None, ...]:
         q, k, v, attn_mask, valid_seq_len, keep, probs = ctx.saved_tensors
         dropout_p, scale, is_causal, seq_padding_type, gqa, input_dtypes = ctx.settings
         if gqa:

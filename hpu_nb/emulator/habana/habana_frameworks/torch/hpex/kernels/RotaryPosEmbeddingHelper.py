@@ -13,7 +13,7 @@ transpose of the forward (g * cos - rotate(g * sin)). Computed with torch ops in
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -40,7 +40,7 @@ def _rotate(x: torch.Tensor, mode: RotaryPosEmbeddingMode) -> torch.Tensor:
     return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
 
 
-def _select(table: torch.Tensor, p: torch.Tensor, position_ids: Optional[torch.Tensor], offset: int,
+def _select(table: torch.Tensor, p: torch.Tensor, position_ids: torch.Tensor | None, offset: int,
             mode: RotaryPosEmbeddingMode) -> torch.Tensor:
     """The cos (or sin) values each element of p is rotated with."""
     if position_ids is not None:
@@ -60,7 +60,7 @@ def _select(table: torch.Tensor, p: torch.Tensor, position_ids: Optional[torch.T
     return table
 
 
-def rope_forward(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: Optional[torch.Tensor],
+def rope_forward(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None,
                  offset: int, mode: RotaryPosEmbeddingMode) -> torch.Tensor:
     """p * cos + rotate(p) * sin, in the matched dtype (computed in float32)."""
     mode_value = mode.value  # Habana reads .value: a plain int is refused (AttributeError), as there
@@ -73,7 +73,7 @@ def rope_forward(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position
         return (x * cos + _rotate(x, mode) * sin).to(p.dtype)
 
 
-def rope_backward(grad: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: Optional[torch.Tensor],
+def rope_backward(grad: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None,
                   offset: int, mode: RotaryPosEmbeddingMode) -> torch.Tensor:
     """The gradient of rope_forward with respect to p: grad * cos - rotate(grad * sin) (rotate^T = -rotate)."""
     grad, cos, sin = match_data_types(grad, cos, sin)
@@ -88,14 +88,14 @@ class _RotaryPosEmbedding(torch.autograd.Function):
     """apply_rotary_pos_emb's general form, differentiable in p."""
 
     @staticmethod
-    def forward(ctx: Any, p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: Optional[torch.Tensor],
+    def forward(ctx: Any, p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None,
                 offset: int, mode: RotaryPosEmbeddingMode) -> torch.Tensor:
         ctx.save_for_backward(cos, sin, position_ids)
         ctx.offset, ctx.mode = offset, mode
         return rope_forward(p, cos, sin, position_ids, offset, mode)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         cos, sin, position_ids = ctx.saved_tensors
         return rope_backward(grad, cos, sin, position_ids, ctx.offset, ctx.mode), None, None, None, None, None
 
@@ -122,7 +122,7 @@ class RotaryPosEmbeddingHelperV1(torch.autograd.Function):
         return rope_forward(p, cos, sin, None, offset, RotaryPosEmbeddingMode.BLOCKWISE)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         cos, sin = ctx.saved_tensors
         return rope_backward(grad, cos, sin, None, ctx.offset, RotaryPosEmbeddingMode.BLOCKWISE), None, None, None
 
@@ -132,12 +132,12 @@ class RotaryPosEmbeddingHelperV2(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                position_ids: Optional[torch.Tensor]) -> torch.Tensor:
+                position_ids: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(cos, sin, position_ids)
         return rope_forward(p, cos, sin, position_ids, 0, RotaryPosEmbeddingMode.BLOCKWISE)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         cos, sin, position_ids = ctx.saved_tensors
         return rope_backward(grad, cos, sin, position_ids, 0, RotaryPosEmbeddingMode.BLOCKWISE), None, None, None
 
@@ -165,7 +165,7 @@ class RotaryPosEmbeddingHelperV3(torch.autograd.Function):
         return out if passed.shape[-1] == 0 else torch.cat((out, passed.to(out.dtype)), dim=-1)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (rope_cache,) = ctx.saved_tensors
         rotated, passed, sin, cos = parse_rope_cache(grad, rope_cache)
         grad_p = rope_backward(rotated, cos, sin, None, 0, RotaryPosEmbeddingMode.PAIRWISE)

@@ -9,7 +9,6 @@ input's shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -26,9 +25,9 @@ class Masking:
     """What hides a key from a query: an attention mask (bool: True attends; float: added to the scores), the causal
     triangle (top-left aligned, as torch's), and per-batch valid lengths with their padding side."""
 
-    attn_mask: Optional[torch.Tensor] = None
+    attn_mask: torch.Tensor | None = None
     is_causal: bool = False
-    valid_seq_len: Optional[torch.Tensor] = None
+    valid_seq_len: torch.Tensor | None = None
     seq_padding_type: str = "left"
 
 
@@ -52,10 +51,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float, masking: Mas
     scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-2, -1)) * scale
     mask = masking.attn_mask
     if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask.to(dtype)
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.to(dtype)
     if masking.is_causal:
         causal = torch.ones(scores.shape[-2], scores.shape[-1], dtype=torch.bool, device=scores.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
@@ -67,14 +63,14 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float, masking: Mas
     return probs.masked_fill(sees_nothing, 0.0)
 
 
-def dropout_keep(probs: torch.Tensor, dropout_p: float) -> Optional[torch.Tensor]:
+def dropout_keep(probs: torch.Tensor, dropout_p: float) -> torch.Tensor | None:
     """Which attention weights survive dropout (None when there is no dropout): each kept with probability 1 - p."""
     if dropout_p <= 0.0:
         return None
     return torch.rand(probs.shape, device=probs.device, dtype=probs.dtype) >= dropout_p
 
 
-def _dropped(probs: torch.Tensor, keep: Optional[torch.Tensor], dropout_p: float) -> torch.Tensor:
+def _dropped(probs: torch.Tensor, keep: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
     """Dropout applied with the given keep mask; kept weights are scaled by 1 / (1 - p) (p = 1 drops everything)."""
     if keep is None:
         return probs
@@ -82,7 +78,7 @@ def _dropped(probs: torch.Tensor, keep: Optional[torch.Tensor], dropout_p: float
     return probs * keep.to(probs.dtype) * factor
 
 
-def attention_output(probs: torch.Tensor, v: torch.Tensor, keep: Optional[torch.Tensor],
+def attention_output(probs: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None,
                      dropout_p: float) -> torch.Tensor:
     """dropout(P) v in the compute dtype."""
     return torch.matmul(_dropped(probs, keep, dropout_p), v.to(probs.dtype))
@@ -90,7 +86,7 @@ def attention_output(probs: torch.Tensor, v: torch.Tensor, keep: Optional[torch.
 
 def attention_grads(
     dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, probs: torch.Tensor,
-    keep: Optional[torch.Tensor], dropout_p: float, scale: float,
+    keep: torch.Tensor | None, dropout_p: float, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of out = dropout(softmax(scale q k^T + mask)) v, each summed back to its input's shape."""
     dtype = probs.dtype

@@ -8,14 +8,13 @@ buffers): ema = ema * d + (1 - d) * value.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from copy import deepcopy
-from typing import Iterable
 
 import torch
-from torch import nn
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch import nn
 
 __emulated__ = True
 
@@ -37,7 +36,7 @@ class FusedEMA:
     """An exponential moving average of a model's state dict, kept in `self.ema`."""
 
     def __init__(self, model: nn.Module, decay: float = 0.9999, updates: float = 0) -> None:
-        if not 0.0 <= decay:
+        if not decay >= 0.0:
             raise ValueError(f"Invalid decay value: {decay}")
         self.ema = deepcopy(model.module if is_parallel(model) else model).eval()
         self.decay = lambda x: decay * (1 - math.exp(-x / 2000))  # ramps up over the first few thousand updates

@@ -11,11 +11,10 @@ in lazy mode `mark_step` is called before and after, as Habana does. Computed in
 
 from __future__ import annotations
 
-from typing import Iterable, Union
-
-import torch
+from collections.abc import Iterable
 
 import habana_frameworks.torch.core as htcore
+import torch
 
 __emulated__ = True
 
@@ -31,7 +30,7 @@ class FusedClipNorm:
         self.max_norm_t = (torch.ones(1) * max_norm).to(self.dtype).to(torch.device("hpu"))
         self.norm_type = 2.0
 
-    def clip_norm(self, parameters: Union[torch.Tensor, Iterable[torch.Tensor]]) -> torch.Tensor:
+    def clip_norm(self, parameters: torch.Tensor | Iterable[torch.Tensor]) -> torch.Tensor:
         """Scale the gradients in place so their total 2-norm is at most max_norm; return the norm before clipping."""
         htcore.step_closure._mark_step_if_lazy()
         if isinstance(parameters, torch.Tensor):

@@ -11,7 +11,7 @@ approximation); on the emulated Gaudi they are accepted and change nothing: ever
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +43,7 @@ class FusedRMSNorm(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         inverse_rms, data_in, gamma = ctx.saved_tensors
         dtype = inverse_rms.dtype
         with torch.autocast("hpu", enabled=False):

@@ -7,13 +7,12 @@ update (weight decay, lr decay, eps outside the square root).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 import torch
-from torch.optim import Optimizer
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch.optim import Optimizer
 
 __emulated__ = True
 
@@ -25,7 +24,7 @@ class FusedAdagrad(Optimizer):
                  weight_decay: float = 0, initial_accumulator_value: float = 0, eps: float = 1e-10) -> None:
         for name, value in (("learning rate", lr), ("lr_decay value", lr_decay), ("weight_decay value", weight_decay),
                             ("initial_accumulator_value value", initial_accumulator_value), ("epsilon value", eps)):
-            if not 0.0 <= value:
+            if not value >= 0.0:
                 raise ValueError(f"Invalid {name}: {value}")
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value)
@@ -37,7 +36,7 @@ class FusedAdagrad(Optimizer):
         step_closure._mark_step_if_lazy()
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None) -> Optional[torch.Tensor]:
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -8,17 +8,16 @@ torch.optim.AdamW with the same arguments except that eps is added before the bi
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Union
+from collections.abc import Callable, Iterable
 
 import torch
-from torch.optim import Optimizer
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch.optim import Optimizer
 
 __emulated__ = True
 
-MomentsDtype = Optional[Union[torch.dtype, tuple[torch.dtype, torch.dtype]]]
+MomentsDtype = torch.dtype | tuple[torch.dtype, torch.dtype] | None
 
 
 class FusedAdamW(Optimizer):
@@ -33,7 +32,7 @@ class FusedAdamW(Optimizer):
             raise ValueError(f"Invalid beta parameter: {betas[0]} - should be in [0.0, 1.0[")
         if not 0.0 <= betas[1] < 1.0:
             raise ValueError(f"Invalid beta parameter: {betas[1]} - should be in [0.0, 1.0[")
-        if not 0.0 <= eps:
+        if not eps >= 0.0:
             raise ValueError(f"Invalid epsilon value: {eps} - should be >= 0.0")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction)
         super().__init__(params, defaults)
@@ -41,7 +40,7 @@ class FusedAdamW(Optimizer):
         self.moments_in_fp8 = self.check_moments_in_fp8()
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None) -> Optional[torch.Tensor]:
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         """One AdamW step for every param group (a mark_step before each group and after, in lazy mode)."""
         loss = None
         if closure is not None:

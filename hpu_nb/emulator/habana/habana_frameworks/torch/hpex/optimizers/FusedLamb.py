@@ -8,13 +8,12 @@ refused, as Habana's is; `adam_w_mode` and `fused` are accepted and, as on a Gau
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 import torch
-from torch.optim import Optimizer
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch.optim import Optimizer
 
 __emulated__ = True
 
@@ -25,8 +24,8 @@ class FusedLamb(Optimizer):
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3, bias_correction: bool = True,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.01,
                  amsgrad: bool = False, adam_w_mode: bool = True, grad_averaging: bool = True,
-                 set_grad_none: bool = True, max_grad_norm: Optional[float] = 1.0, use_lamb: bool = False,
-                 fused: bool = False, dtype: Optional[torch.dtype] = None) -> None:
+                 set_grad_none: bool = True, max_grad_norm: float | None = 1.0, use_lamb: bool = False,
+                 fused: bool = False, dtype: torch.dtype | None = None) -> None:
         if amsgrad:
             raise RuntimeError("FusedLamb does not support the AMSGrad variant.")
         defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
@@ -49,7 +48,7 @@ class FusedLamb(Optimizer):
             super().zero_grad(set_to_none=False)
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None) -> Optional[torch.Tensor]:
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -7,13 +7,12 @@ takes over its weight decay, turns each gradient into its layer-wise scaled step
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
-from torch.optim import Optimizer
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch.optim import Optimizer
 
 __emulated__ = True
 

@@ -7,13 +7,12 @@ p += buf. Modelled as the bridge does it, first step included: there the buffer 
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
-from torch.optim.optimizer import Optimizer
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch.optim.optimizer import Optimizer
 
 __emulated__ = True
 
@@ -56,7 +55,7 @@ class FusedResourceApplyMomentum(Optimizer):
             group.setdefault("nesterov", False)
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None) -> Optional[torch.Tensor]:
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():

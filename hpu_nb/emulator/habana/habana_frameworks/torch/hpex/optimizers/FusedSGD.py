@@ -7,14 +7,14 @@ torch.optim.SGD (weight decay, momentum, dampening, nesterov), which the bridge'
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
-from torch.optim import Optimizer
-from torch.optim.optimizer import required
-
 from habana_frameworks.torch.core import step_closure
 from habana_frameworks.torch.hpex.optimizers import _kernels
+from torch.optim import Optimizer
+from torch.optim.optimizer import required
 
 __emulated__ = True
 
@@ -26,13 +26,13 @@ class FusedSGD(Optimizer):
                  weight_decay: float = 0, dampening: float = 0, nesterov: bool = False) -> None:
         if lr is required:
             raise TypeError("FusedSGD.__init__() missing 1 required argument: 'lr'")
-        if not 0.0 <= lr:
+        if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= momentum:
+        if not momentum >= 0.0:
             raise ValueError(f"Invalid momentum value: {momentum}")
-        if not 0.0 <= weight_decay:
+        if not weight_decay >= 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not 0.0 <= dampening:
+        if not dampening >= 0.0:
             raise ValueError(f"Invalid dampening value: {dampening}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
@@ -41,7 +41,7 @@ class FusedSGD(Optimizer):
         step_closure._mark_step_if_lazy()
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], torch.Tensor]] = None) -> Optional[torch.Tensor]:
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -3,10 +3,10 @@ as the bridge's copy of torch.optim.Adam does (a no-op in eager mode; counted in
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 from habana_frameworks.torch.core import step_closure
 
 __emulated__ = True
@@ -16,7 +16,7 @@ __all__ = ["Adam"]
 class Adam(torch.optim.Adam):
     """torch.optim.Adam, same arguments and update; lazy mode marks a step before and after the update."""
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         step_closure.mark_step()
         loss = super().step(closure)
         step_closure.mark_step()

@@ -3,10 +3,10 @@ as the bridge's copy of torch.optim.AdamW does (a no-op in eager mode; counted i
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 from habana_frameworks.torch.core import step_closure
 
 __emulated__ = True
@@ -16,7 +16,7 @@ __all__ = ["AdamW"]
 class AdamW(torch.optim.AdamW):
     """torch.optim.AdamW, same arguments and update; lazy mode marks a step before and after the update."""
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         step_closure.mark_step()
         loss = super().step(closure)
         step_closure.mark_step()

@@ -8,7 +8,8 @@ steps it takes on a Gaudi - including where that differs from torch.optim (e.g. 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -35,7 +36,7 @@ def _to_fp8(x: torch.Tensor, old_scale: torch.Tensor, dtype: torch.dtype) -> tup
     return (x.float() * scale.float()).to(dtype), scale.reshape(old_scale.shape)
 
 
-def _on(t: torch.Tensor, like: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+def _on(t: torch.Tensor, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A one-element operand (lr, step, decay) where the tensor it multiplies lives, as the bridge moves it there."""
     return t.to(device=like.device, dtype=dtype or like.dtype)
 
@@ -47,8 +48,8 @@ def _from_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch
 def adamw(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
           exp_avg_sqs: Sequence[torch.Tensor], neg_step: torch.Tensor, beta1: float, beta2: float, eps: float,
           modified_wd: torch.Tensor, has_weight_decay: bool,
-          exp_avg_scales: Optional[Sequence[torch.Tensor]] = None,
-          exp_avg_sq_scales: Optional[Sequence[torch.Tensor]] = None) -> None:
+          exp_avg_scales: Sequence[torch.Tensor] | None = None,
+          exp_avg_sq_scales: Sequence[torch.Tensor] | None = None) -> None:
     """hpu::optimizer_adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w = w * modified_wd + neg_step m/(sqrt(v)+eps).
 
     neg_step carries the bias corrections (-lr sqrt(1-b2^t) / (1-b1^t)), so eps is added to the uncorrected sqrt(v):
@@ -87,7 +88,7 @@ def adamw(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], exp_av
 
 
 def sgd(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], lr: torch.Tensor, weight_decay: float,
-        momentum_buffers: Optional[Sequence[torch.Tensor]] = None, momentum: float = 0.0, dampening: float = 0.0,
+        momentum_buffers: Sequence[torch.Tensor] | None = None, momentum: float = 0.0, dampening: float = 0.0,
         nesterov: bool = False) -> None:
     """hpu::optimizer_sgd(_momentum): torch.optim.SGD's update (the bridge's tests check it against it), with the
     momentum buffer the bridge keeps: allocated as zeros, so the first step's buffer is (1 - dampening) g."""

@@ -9,8 +9,6 @@ and dumps do nothing.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 __emulated__ = True
@@ -46,7 +44,7 @@ def _is_enabled_lazy_collectives() -> bool:
     return False
 
 
-def get_tensor_info(tensor: torch.Tensor) -> Optional[tuple[int, int]]:
+def get_tensor_info(tensor: torch.Tensor) -> tuple[int, int] | None:
     """(storage address, storage bytes) of an hpu tensor, None for any other (the bridge's eager answer)."""
     if "hpu" not in str(tensor.device):
         return None

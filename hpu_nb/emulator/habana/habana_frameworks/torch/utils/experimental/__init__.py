@@ -10,12 +10,13 @@ from habana_frameworks.torch.utils.experimental.detect_recompilation import (  #
     data_dynamicity,
     detect_recompilation_auto_model,
 )
+
 from hpu_nb.emulator import hpu_device
 
 __emulated__ = True
 
 
-class synDeviceType(enum.IntEnum):  # noqa: N801 (Habana's name)
+class synDeviceType(enum.IntEnum):
     synDeviceGaudi = 1
     synDeviceGaudi2 = 2
     synDeviceGaudi3 = 3

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import csv
 import inspect
+from collections.abc import Iterable
 from types import MethodType
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -168,6 +169,6 @@ def const_shape_dataloader(dl: Iterable[Any], maxlen: int) -> DataLoader:
         if len(same) == maxlen:
             return DataLoader(same, batch_size=None, collate_fn=None)
         same.append(batch)
-    longest: Optional[list[Any]] = max(by_shape.values(), key=len, default=None)
+    longest: list[Any] | None = max(by_shape.values(), key=len, default=None)
     assert longest, "Perhaps dataset is empty"
     return DataLoader(longest, batch_size=None, collate_fn=None)

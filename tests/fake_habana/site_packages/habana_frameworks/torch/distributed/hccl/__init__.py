@@ -69,7 +69,6 @@ initialize_distributed_hpu()
 
 def _register():
     import torch.distributed as dist
-
     from hpu_nb.emulator.hpu_device import hccl
 
     if dist.is_available():

@@ -8,10 +8,10 @@ graphs on the emulated hpu device, counting each compiled graph in the graph_com
 fake removes the registration.
 """
 
+from habana_frameworks._fake import STATE as _STATE
+
 import torch
 from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
-
-from habana_frameworks._fake import STATE as _STATE
 
 compiled_graphs = 0
 

@@ -10,9 +10,9 @@ refuses, as Habana's does. Test membership with isinstance(m, te.Linear), as on 
 
 from __future__ import annotations
 
-from habana_frameworks.torch.hpex.experimental.transformer_engine import distributed, fp8, recipe  # noqa: F401
-from habana_frameworks.torch.hpex.experimental.transformer_engine.fp8 import fp8_autocast  # noqa: F401
-from habana_frameworks.torch.hpex.experimental.transformer_engine.module import Linear  # noqa: F401
+from habana_frameworks.torch.hpex.experimental.transformer_engine import distributed, fp8, recipe
+from habana_frameworks.torch.hpex.experimental.transformer_engine.fp8 import fp8_autocast
+from habana_frameworks.torch.hpex.experimental.transformer_engine.module import Linear
 
 __emulated__ = True
 __all__ = ["Linear", "distributed", "fp8", "fp8_autocast", "recipe"]

@@ -8,7 +8,7 @@ recomputed forward (their scales change only at the start of a training step's f
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 __emulated__ = True
 __all__ = ["activation_checkpointing", "in_activation_checkpointing"]

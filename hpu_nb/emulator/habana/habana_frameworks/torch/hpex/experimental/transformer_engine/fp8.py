@@ -8,7 +8,8 @@ fp8 there.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from hpu_nb.emulator.fp8.training import Fp8State, fp8_region, fp8_support
 
@@ -51,9 +52,9 @@ class FP8GlobalStateManager:
 def fp8_autocast(
     enabled: bool = True,
     calibrating: bool = False,
-    fp8_recipe: Optional[Any] = None,
-    fp8_group: Optional[Any] = None,
-    force_measurement: Optional[bool] = None,
+    fp8_recipe: Any | None = None,
+    fp8_group: Any | None = None,
+    force_measurement: bool | None = None,
 ) -> Iterator[None]:
     """fp8 for the te layers inside the block; nests (the innermost region decides), restores on exit.
 

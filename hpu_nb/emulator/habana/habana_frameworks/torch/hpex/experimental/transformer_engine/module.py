@@ -10,7 +10,8 @@ bfloat16; outside, it is a plain linear layer. It is an hpu_nb Fp8Linear (the em
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,11 +29,11 @@ class Linear(Fp8Linear):
         in_features: int,
         out_features: int,
         bias: bool = True,
-        params_dtype: Optional[torch.dtype] = None,
+        params_dtype: torch.dtype | None = None,
         device: Any = None,
         skip_weight_param_allocation: bool = False,
         minimize_memory: bool = False,
-        init_method: Optional[Callable[[torch.Tensor], Any]] = None,
+        init_method: Callable[[torch.Tensor], Any] | None = None,
         return_bias: bool = False,
     ) -> None:
         torch.nn.Module.__init__(self)
@@ -55,8 +56,8 @@ class Linear(Fp8Linear):
         self._setup(in_features, out_features, weight, bias_param, None, device)
 
     def forward(  # type: ignore[override]
-        self, inp: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-        is_first_microbatch: Optional[bool] = None,
+        self, inp: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+        is_first_microbatch: bool | None = None,
     ) -> Any:
         """`weight` / `bias` are required when the layer was built with skip_weight_param_allocation and none was
         assigned. With return_bias=True the bias is returned, not added: (output, bias)."""

@@ -8,8 +8,9 @@ scaling_factor_compute_algo). reduce_amax is accepted: one emulated card per pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 from hpu_nb.runtime.fp8.recipe import Format
 
@@ -25,8 +26,8 @@ class DelayedScaling:
     interval: int = 1
     fp8_format: Format = Format.HYBRID
     amax_history_len: int = 1024
-    amax_compute_algo: Union[str, Callable[..., Any]] = "max"
-    scaling_factor_compute_algo: Optional[Callable[..., Any]] = None
+    amax_compute_algo: str | Callable[..., Any] = "max"
+    scaling_factor_compute_algo: Callable[..., Any] | None = None
     reduce_amax: bool = True
     fp8_dpa: bool = False
     fp8_mha: bool = False

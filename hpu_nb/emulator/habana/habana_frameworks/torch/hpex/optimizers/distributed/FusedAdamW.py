@@ -8,13 +8,10 @@ kernel's (see `_kernels.adamw`), with the step count of the first parameter, as 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
-from torch import Tensor
-
 from habana_frameworks.torch.hpex.optimizers import _kernels
 from habana_frameworks.torch.hpex.optimizers.FusedAdamW import MomentsDtype
+from torch import Tensor
 
 __emulated__ = True
 
@@ -25,15 +22,15 @@ class FusedAdamW:
     def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0, _allow_empty_param_list: bool = False,
                  moments_dtype: MomentsDtype = None) -> None:
-        if not 0.0 <= lr:
+        if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
+        if not eps >= 0.0:
             raise ValueError(f"Invalid epsilon value: {eps}")
         if not 0.0 <= betas[0] < 1.0:
             raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
         if not 0.0 <= betas[1] < 1.0:
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= weight_decay:
+        if not weight_decay >= 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if len(params) == 0 and not _allow_empty_param_list:
             raise ValueError("optimizer got an empty parameter list")
@@ -45,10 +42,10 @@ class FusedAdamW:
         self.moments_dtype = moments_dtype
         self.moments_in_fp8 = self.check_moments_in_fp8()
 
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+    def step_param(self, param: Tensor, grad: Tensor | None) -> None:
         raise RuntimeError("This AdamW optimizer does not support step_param() as of now")
 
-    def step(self, gradients: list[Optional[Tensor]]) -> None:
+    def step(self, gradients: list[Tensor | None]) -> None:
         params = self.param_group["params"]
         if len(params) != len(gradients):
             raise ValueError("the gradients passed in does not equal to the size of the parameters!"
