@@ -5,12 +5,12 @@ Pure Python + numpy + msgspec: no Lightning, no IPython. `load(path)` takes a .j
 """
 
 from hpu_nb.traces.compare import Comparison, compare
+from hpu_nb.traces.load_warning import TraceLoadWarning
 from hpu_nb.traces.model import (
     MemoryTimeline,
     Step,
     Steps,
     Trace,
-    TraceLoadWarning,
     TraceSummary,
     Track,
     find_trace,

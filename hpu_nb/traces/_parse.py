@@ -25,6 +25,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from hpu_nb.traces.load_warning import TraceLoadWarning
+
 BLOCK_SIZE = 8 << 20  # bytes read per step; bounds the transient memory of the parser
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
@@ -774,8 +776,6 @@ def _file_kind(mode: int) -> str:
 
 def _warn_unusual(path: str, stats: ParseStats) -> None:
     """Warn about what `load`'s own warnings (truncation, malformed events) do not cover."""
-    from hpu_nb.traces.model import TraceLoadWarning  # defined with Trace; model imports this module first
-
     if stats.gzip_error is not None:
         warnings.warn(
             f"{path}: the gzip data is corrupt from some point on ({stats.gzip_error}); the events before it were"

@@ -13,14 +13,11 @@ import msgspec
 import numpy as np
 
 from hpu_nb.traces._parse import PH_COMPLETE, PH_COUNTER, ParsedTrace, parse_file
+from hpu_nb.traces.load_warning import TraceLoadWarning
 from hpu_nb.traces.tables import Table, fmt_bytes, fmt_ns, shorten
 
 STEP_PATTERN = re.compile(r"^ProfilerStep#(\d+)$")
 _DEVICE_WORDS = ("hpu", "gpu", "device", "stream", "gaudi", "mme", "tpc", "dma")
-
-
-class TraceLoadWarning(UserWarning):
-    """A trace loaded only in part (a truncated file, malformed events)."""
 
 
 @dataclass(frozen=True)
