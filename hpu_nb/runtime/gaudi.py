@@ -23,7 +23,7 @@ from typing import Any
 from hpu_nb.runtime import hlml, hlsmi
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
 from hpu_nb.runtime.env import visible_modules
-from hpu_nb.runtime.generations import Generation, Release, generation_from_name, release_from_version
+from hpu_nb.runtime.generations import GENERATIONS, Generation, Release, generation_from_name, release_from_version
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +104,12 @@ def _generation_from_device_type() -> Generation | None:
     try:
         htexp = importlib.import_module(EXPERIMENTAL_MODULE)
         device_type = htexp._get_device_type()  # an int or the enum: compared with ==, as Habana's own code does
-        key = next((key for key, member in (("gaudi", "synDeviceGaudi"), ("gaudi2", "synDeviceGaudi2"),
-                                            ("gaudi3", "synDeviceGaudi3"))
-                    if hasattr(htexp.synDeviceType, member) and device_type == getattr(htexp.synDeviceType, member)),
-                   None)
+        return next((gen for gen in GENERATIONS.values()
+                     if hasattr(htexp.synDeviceType, gen.syn_device_type)
+                     and device_type == getattr(htexp.synDeviceType, gen.syn_device_type)), None)
     except Exception as err:  # an older release without it, or a driver problem: other sources follow
         log.debug("habana device type unavailable: %s", err)
         return None
-    return generation_from_name(key) if key else None
 
 
 class GaudiBackend(DeviceBackend):

@@ -25,6 +25,7 @@ class Generation:
     hbm_bytes: int
     supports_fp16: bool
     supports_fp8: bool
+    syn_device_type: str  # its member of habana_frameworks.torch.utils.experimental.synDeviceType
 
     def fp16_support(self) -> tuple[bool, str]:
         """(available, reason): fp16 needs Gaudi2 or newer."""
@@ -40,9 +41,12 @@ def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
 
 
 GENERATIONS: dict[str, Generation] = {
-    "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False),
-    "gaudi2": Generation("gaudi2", "GAUDI2", 96 * GiB, supports_fp16=True, supports_fp8=True),
-    "gaudi3": Generation("gaudi3", "GAUDI3", 128 * GiB, supports_fp16=True, supports_fp8=True),
+    "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False,
+                         syn_device_type="synDeviceGaudi"),
+    "gaudi2": Generation("gaudi2", "GAUDI2", 96 * GiB, supports_fp16=True, supports_fp8=True,
+                          syn_device_type="synDeviceGaudi2"),
+    "gaudi3": Generation("gaudi3", "GAUDI3", 128 * GiB, supports_fp16=True, supports_fp8=True,
+                          syn_device_type="synDeviceGaudi3"),
 }
 
 
@@ -129,6 +133,15 @@ def release_from_version(version: str) -> Release:
     if match is None:
         raise ValueError(f"{version!r} is not a Gaudi software version (expected e.g. '1.21.0').")
     return Release(int(match.group(1)), int(match.group(2)))
+
+
+def zero3_support(generation: Generation, release: Release | None) -> tuple[bool, str]:
+    """(supported, reason): DeepSpeed ZeRO-3 on Gaudi2 came with SynapseAI 1.19 (the rule is the release's, not the
+    card's). `release` None: the release could not be told, which gets the reason too."""
+    if generation.key != "gaudi2" or (release is not None and (release.major, release.minor) >= (1, 19)):
+        return True, ""
+    known = f"this is {release}" if release is not None else "this release could not be told"
+    return False, f"ZeRO-3 on Gaudi2 needs SynapseAI 1.19 or newer ({known})."
 
 
 # The emulated Gaudi follows today's software (eager default, 1.19+ op-list names) and still lets you emulate a

@@ -12,19 +12,18 @@ from habana_frameworks.torch.utils.experimental.detect_recompilation import (  #
 )
 
 from hpu_nb.emulator import hpu_device
+from hpu_nb.runtime.generations import GENERATIONS
 
 __emulated__ = True
 
 
-class synDeviceType(enum.IntEnum):
-    synDeviceGaudi = 1
-    synDeviceGaudi2 = 2
-    synDeviceGaudi3 = 3
+# Habana's enum (synDeviceGaudi = 1, synDeviceGaudi2 = 2, synDeviceGaudi3 = 3), its members named by the generations
+synDeviceType = enum.IntEnum(
+    "synDeviceType", [(gen.syn_device_type, number) for number, gen in enumerate(GENERATIONS.values(), start=1)])
 
 
 def _get_device_type() -> synDeviceType:
-    return synDeviceType[{"gaudi": "synDeviceGaudi", "gaudi2": "synDeviceGaudi2", "gaudi3": "synDeviceGaudi3"}[
-        hpu_device.card_config().generation.key]]
+    return synDeviceType[hpu_device.card_config().generation.syn_device_type]
 
 
 def _is_fp16_supported() -> bool:
