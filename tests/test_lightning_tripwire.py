@@ -3,10 +3,12 @@ here, loudly, naming the hpu_nb code to re-check; and every override in hpu_nb.c
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -84,6 +86,14 @@ FINGERPRINTS = [
      "strategies/fsdp.HPUFSDPPrecisionMixin.mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.mixed_precision_config", "ffb119428db67169",
      "strategies/fsdp.HPUFSDPPrecisionMixin.mixed_precision_config: replaced ('-mixed' keeps fp32 parameters)"),
+    ("lightning.pytorch.trainer.setup", "_log_device_info", "a06acbbba5a0bc2c",
+     "trainer_output.install: replaced for an HPU Trainer (one HPU line for its GPU / TPU lines; the filter drops "
+     "the tips it logs after them)"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.log_metrics",
+     "ac6f000b838713fb", "notebook/memory_monitor.MemoryMonitor._log: logs at the step Lightning's own metrics use "
+     "(fit_loop.epoch_loop._batches_that_stepped)"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.should_update_logs",
+     "a60ba9e9cd0c62d9", "notebook/memory_monitor.MemoryMonitor._log: logs only on the steps Lightning logs on"),
 ]
 
 
@@ -124,6 +134,8 @@ def test_the_hooks_are_in_place_on_what_lightning_calls():
     from lightning.pytorch.trainer import trainer
 
     assert "_init_profiler(self, profiler)" in inspect.getsource(trainer.Trainer.__init__)
+    # trainer_output wraps the module's function: the Trainer must look it up there when it is built
+    assert "setup._log_device_info(self)" in inspect.getsource(trainer.Trainer.__init__)
 
 
 @pytest.mark.parametrize("package", ["pytorch_lightning", "lightning_fabric"])
@@ -135,6 +147,175 @@ def test_the_standalone_packages_still_end_their_init_with_the_import_hpu_nb_wai
     spec = importlib.util.find_spec(package)
     lines = [line for line in Path(spec.origin).read_text().splitlines() if line.startswith(("import ", "from "))]
     assert lines[-1].startswith(f"import {LAST_IMPORT[package]}")
+
+
+# -- private names hpu_nb reads or sets on Lightning's objects --------------------------------------------------------
+# Methods hpu_nb overrides are checked by the @override test below (an @override that overrides nothing fails) and,
+# where hpu_nb copies or wraps them, by FINGERPRINTS above. Everything else private that hpu_nb touches is listed here:
+# (module, owner in it or "" for the module itself, name, what depends on it).
+PRIVATE_NAMES = [
+    # imported
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "", "_AcceleratorConnector", "registration"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "", "_IS_INTERACTIVE",
+     "strategies/parallel.in_interactive_session: Lightning accepts fork launchers only when it is True"),
+    ("lightning.fabric.connector", "", "_Connector", "registration"),
+    ("lightning.pytorch.trainer.setup", "", "_log_device_info", "trainer_output.install"),
+    ("lightning.pytorch.trainer.setup", "", "_init_profiler", "profiler.register_profiler_string"),
+    ("lightning.fabric.utilities.cloud_io", "", "_atomic_save", "checkpoint_io"),
+    ("lightning.fabric.utilities.cloud_io", "", "_load", "checkpoint_io"),
+    ("lightning.fabric.utilities.types", "", "_PATH", "checkpoint_io (a type)"),
+    ("lightning.fabric.utilities.types", "", "_DEVICE", "accelerator, strategies (a type)"),
+    ("lightning.fabric.accelerators.registry", "", "_AcceleratorRegistry", "accelerator.register_accelerators"),
+    ("lightning.fabric.strategies.launchers.multiprocessing", "", "_MultiProcessingLauncher", "fabric/strategies"),
+    ("lightning.fabric.strategies.launchers.subprocess_script", "", "_SubprocessScriptLauncher", "fabric/strategies"),
+    ("lightning.pytorch.strategies.launchers.multiprocessing", "", "_MultiProcessingLauncher", "strategies/parallel"),
+    ("lightning.pytorch.strategies.launchers.subprocess_script", "", "_SubprocessScriptLauncher",
+     "strategies/parallel"),
+    ("lightning.fabric.plugins.precision.utils", "", "_convert_fp_tensor", "strategies/deepspeed"),
+    ("lightning.fabric.strategies.deepspeed", "", "_format_precision_config", "strategies/deepspeed"),
+    ("lightning.pytorch.core.optimizer", "", "_MockOptimizer", "strategies/deepspeed._init_optimizers"),
+    ("lightning.pytorch.core.optimizer", "", "_init_optimizers_and_lr_schedulers",
+     "strategies/deepspeed._init_optimizers"),
+    ("lightning.pytorch.plugins.io.wrapper", "", "_WrappingCheckpointIO", "strategies/hpu_steps.checkpoint_io"),
+    ("lightning.pytorch.strategies.fsdp", "", "_move_torchmetrics_to_device", "strategies/fsdp._setup_model (copy)"),
+    ("lightning.pytorch.strategies.fsdp", "", "_setup_activation_checkpointing",
+     "strategies/fsdp._setup_model (copy)"),
+    ("lightning.fabric.utilities.distributed", "", "_distributed_is_initialized", "strategies/parallel"),
+    ("lightning.fabric.utilities.distributed", "", "_set_num_threads_if_needed", "strategies/parallel"),
+    # read or set on Lightning's objects
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector", "_precision_flag",
+     "registration.install_connector_hook"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector", "_precision_plugin_flag",
+     "registration.install_connector_hook"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector",
+     "_validate_precision_choice", "registration.install_connector_hook"),
+    ("lightning.fabric.connector", "_Connector", "_precision_input", "registration.install_fabric_connector_hook"),
+    ("lightning.fabric.connector", "_Connector", "_precision_instance", "registration.install_fabric_connector_hook"),
+    *[(module, owner, name, "registration._hook_connector._choose_strategy")
+      for module, owner in (("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector"),
+                            ("lightning.fabric.connector", "_Connector"))
+      for name in ("_accelerator_flag", "_parallel_devices", "_num_nodes_flag")],
+    ("lightning.pytorch.profilers.pytorch", "PyTorchProfiler", "_profiler_kwargs", "profiler.HPUProfiler"),
+    ("lightning.pytorch.profilers.pytorch", "PyTorchProfiler", "_row_limit", "profiler.HPUProfiler.summary"),
+    ("lightning.pytorch.profilers.pytorch", "PyTorchProfiler", "_delete_profilers", "profiler.HPUProfiler"),
+    ("lightning.pytorch.profilers.profiler", "Profiler", "_prepare_filename", "profiler.HPUProfiler"),
+    ("lightning.pytorch.profilers.profiler", "Profiler", "_stats_to_str", "profiler.HPUProfiler.summary"),
+    ("lightning.pytorch.profilers.profiler", "Profiler", "_rank_zero_info", "profiler.HPUProfiler"),
+    ("lightning.pytorch.profilers.profiler", "Profiler", "_stage", "profiler.HPUProfiler"),
+    ("lightning.pytorch.trainer.trainer", "Trainer", "_logger_connector", "notebook/memory_monitor._log"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "_batches_that_stepped",
+     "notebook/memory_monitor._log: the step its metrics are logged at"),
+    ("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher", "_start_method",
+     "notebook/memory_monitor.workers_launched (a forked launch relays rank 0's chart)"),
+    ("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher", "_strategy",
+     "strategies/parallel launchers"),
+    ("lightning.pytorch.strategies.strategy", "Strategy", "_accelerator", "strategies/hpu_steps"),
+    ("lightning.pytorch.strategies.strategy", "Strategy", "_checkpoint_io", "strategies/hpu_steps.checkpoint_io"),
+    ("lightning.pytorch.strategies.strategy", "Strategy", "_precision_plugin", "strategies/fsdp"),
+    ("lightning.pytorch.strategies.strategy", "Strategy", "_launcher", "strategies/parallel._configure_launcher"),
+    ("lightning.fabric.strategies.strategy", "Strategy", "_precision", "fabric/strategies.HPUFSDPStrategy"),
+    ("lightning.pytorch.strategies.ddp", "DDPStrategy", "_process_group_backend", "strategies/parallel"),
+    ("lightning.pytorch.strategies.fsdp", "FSDPStrategy", "_registered_strategies", "strategies/fsdp"),
+    ("lightning.pytorch.strategies.fsdp", "FSDPStrategy", "_activation_checkpointing_kwargs",
+     "strategies/fsdp._setup_model (copy)"),
+    ("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy", "_set_node_environment_variables",
+     "strategies/deepspeed._init_deepspeed_distributed (copy)"),
+    # `_timeout`: HPUParallelMixin makes it a property (strategy's timeout, else the env var, else 5 min); see below
+    *[(module, owner, "_timeout", "strategies/parallel.HPUParallelMixin._timeout")
+      for module, owner in (("lightning.pytorch.strategies.ddp", "DDPStrategy"),
+                            ("lightning.pytorch.strategies.fsdp", "FSDPStrategy"),
+                            ("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy"),
+                            ("lightning.fabric.strategies.ddp", "DDPStrategy"),
+                            ("lightning.fabric.strategies.fsdp", "FSDPStrategy"))],
+]
+
+
+def _lightning_sets(owner: type, name: str) -> bool:
+    """`name` is a class attribute of `owner` or one of its Lightning bases, or assigned as `self.<name>` in one."""
+    assigned = re.compile(rf"\bself\.{name}\b\s*(:[^=\n]+)?=(?!=)")
+    for klass in owner.__mro__:
+        if not klass.__module__.startswith("lightning."):
+            continue
+        if name in vars(klass) or assigned.search(inspect.getsource(klass)):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("module, owner, name, depends", PRIVATE_NAMES,
+                         ids=[f"{(o or m.rsplit('.', 1)[-1])}.{n}" for m, o, n, _ in PRIVATE_NAMES])
+def test_the_private_names_hpu_nb_uses_are_still_there(module, owner, name, depends):
+    where = importlib.import_module(module)
+    if owner:
+        where = getattr(where, owner)
+        found = _lightning_sets(where, name)
+    else:
+        found = hasattr(where, name)
+    assert found, f"Lightning has no {module}.{owner + '.' if owner else ''}{name} any more; hpu_nb uses it: {depends}."
+
+
+def test_the_timeout_hpu_nb_replaces_is_lightnings_timeout_argument():
+    """HPUParallelMixin._timeout's setter takes Lightning's default (torch's 30 minutes) for "not set": each strategy
+    it is mixed into must still store its `timeout` argument, defaulting to that object, in `self._timeout`."""
+    from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+
+    for module, owner, name, _ in PRIVATE_NAMES:
+        if name != "_timeout":
+            continue
+        init = getattr(importlib.import_module(module), owner).__init__
+        assert inspect.signature(init).parameters["timeout"].default is default_pg_timeout, (module, owner)
+        assert re.search(r"self\._timeout\b[^=\n]*= timeout\n", inspect.getsource(init)), (module, owner)
+
+
+LIGHTNING_PACKAGES = {"lightning": "lightning", "pytorch_lightning": "lightning.pytorch",
+                      "lightning_fabric": "lightning.fabric"}
+
+
+def _as_lightning_module(module: str) -> str:
+    """`pytorch_lightning.x` -> `lightning.pytorch.x` (the standalone packages are the same source)."""
+    package, _, rest = module.partition(".")
+    return LIGHTNING_PACKAGES[package] + ("." + rest if rest else "")
+
+
+def _hpu_nb_sources() -> list[tuple[Path, ast.Module]]:
+    root = Path(hpu_nb.__file__).parent
+    return [(path, ast.parse(path.read_text(), str(path))) for path in sorted(root.rglob("*.py"))]
+
+
+def test_every_private_lightning_import_in_hpu_nb_is_listed():
+    """A new `from lightning... import _name` in hpu_nb fails here until PRIVATE_NAMES says who depends on it."""
+    listed = {(module, name) for module, owner, name, _ in PRIVATE_NAMES if not owner}
+    unlisted = []
+    for path, tree in _hpu_nb_sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIGHTNING_PACKAGES:
+                module = _as_lightning_module(node.module)
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__") and \
+                            (module, alias.name) not in listed:
+                        unlisted.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+    assert not unlisted, f"private Lightning imports without a tripwire (add them to PRIVATE_NAMES): {unlisted}"
+
+
+def test_every_private_lightning_attribute_hpu_nb_reads_is_listed():
+    """A net for new reliances: an attribute `x._name` read in hpu_nb, where `_name` is something Lightning defines
+    (`def _name` / `self._name =`) and hpu_nb itself does not, must be in PRIVATE_NAMES."""
+    lightning_root = Path(importlib.util.find_spec("lightning").origin).parent
+    defined_by_lightning = set()
+    for path in lightning_root.rglob("*.py"):
+        defined_by_lightning.update(re.findall(r"(?:\bdef |\bself\.)(_[a-z]\w*)\s*[:=(]", path.read_text()))
+    ours, read = set(), {}
+    for path, tree in _hpu_nb_sources():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                ours.add(node.name)
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if isinstance(node.ctx, ast.Store):
+                    ours.add(node.attr)
+                read.setdefault(node.attr, f"{path.name}:{node.lineno}")
+    listed = {name for _, _, name, _ in PRIVATE_NAMES}
+    unlisted = {name: where for name, where in read.items()
+                if name in defined_by_lightning and name not in ours and name not in listed}
+    assert not unlisted, f"private Lightning attributes without a tripwire (add them to PRIVATE_NAMES): {unlisted}"
 
 
 # -- @override on every override ------------------------------------------------------------------------------------
