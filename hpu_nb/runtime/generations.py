@@ -111,11 +111,6 @@ class Release:
         pairs = ((OLD_LOWER_LIST_ENV, LOWER_LIST_ENV), (OLD_FP32_LIST_ENV, FP32_LIST_ENV))
         return [(old, new) for old, new in pairs if environ.get(old) and not environ.get(new)]
 
-    @property
-    def transformer_engine_is_shim(self) -> bool:
-        """From 1.19 habana's transformer_engine re-exports `intel_transformer_engine` (class modules say so)."""
-        return (self.major, self.minor) >= (1, 19)
-
     def supports(self, generation: Generation) -> tuple[bool, str]:
         """(supported, reason): 1.22 and newer dropped first-generation Gaudi."""
         if generation.key == "gaudi" and (self.major, self.minor) >= (1, 22):

@@ -54,11 +54,6 @@ class HPUInfo:
     def flags_set(self) -> list[FlagInfo]:
         return [flag for flag in self.flags if flag.value is not None]
 
-    def as_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
 
 def _process_memory(backend: DeviceBackend, problems: list[str]) -> dict[str, int] | None:
     """Memory counters of the card this process drives, when it holds one: asking Habana for them would acquire a
