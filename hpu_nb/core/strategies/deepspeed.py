@@ -11,6 +11,8 @@ DeepSpeed is optional (`pip install 'hpu_nb[deepspeed]'`) and only imported when
 from __future__ import annotations
 
 import copy
+import functools
+import importlib.util
 import json
 import os
 import weakref
@@ -32,13 +34,17 @@ from lightning_utilities import apply_to_collection
 from typing_extensions import override
 
 from hpu_nb.core import noise
+from hpu_nb.core.issues import Issue
 from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
+from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.base import DeviceBackend
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
+from hpu_nb.runtime.generations import zero3_support
 
-__all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "require_deepspeed"]
+__all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "deepspeed_issues", "require_deepspeed"]
 
 EXTRA_HINT = "pip install 'hpu_nb[deepspeed]'"
 ZERO_STAGES = (0, 1, 2, 3)
@@ -48,16 +54,91 @@ DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "fp8")
 ENGINE_PRECISION = {"fp8": "bf16-mixed"}
 
 
+NOT_INSTALLED = (f"DeepSpeed is not installed, and HPUDeepSpeedStrategy needs it. Install the extra: `{EXTRA_HINT}` (on"
+                 " a Gaudi, install Habana's DeepSpeed fork instead, as Intel's Gaudi docs describe).")
+
+
 def require_deepspeed() -> None:
     """Set DeepSpeed's environment for this device and check it is installed (clear error naming the extra)."""
     hpu_dist.prepare_deepspeed_environment()
     try:
         import deepspeed  # noqa: F401
     except ImportError:
-        raise MisconfigurationException(
-            "HPUDeepSpeedStrategy needs DeepSpeed, which is not installed. Install the extra: "
-            f"`{EXTRA_HINT}` (on a Gaudi, install Habana's DeepSpeed fork instead, as Intel's Gaudi docs describe)."
-        ) from None
+        raise MisconfigurationException(NOT_INSTALLED) from None
+
+
+# -- the rules of a DeepSpeed configuration: written once, raised / warned by the strategy, shown by the widget -------
+def deepspeed_issues(
+    *,
+    stage: Any = 2,
+    zero_optimization: bool = True,
+    offload_optimizer: bool = False,
+    offload_parameters: bool = False,
+    fp8_inference: bool = False,
+    precision: str | None = None,
+    backend: DeviceBackend | None = None,
+    check_installed: bool = False,
+) -> list[Issue]:
+    """What is wrong with these DeepSpeed settings; each issue names the argument it concerns.
+
+    `fp8_inference`: fp8 measure / quantize will run on the model. `precision`: the Trainer's, checked against
+    DeepSpeed's accelerator (imports DeepSpeed). `backend`: check the Gaudi software release's rules for it.
+    `check_installed`: say so when DeepSpeed is missing (without importing it).
+    """
+    issues: list[Issue] = []
+    if check_installed and importlib.util.find_spec("deepspeed") is None:
+        issues.append(Issue("deepspeed", NOT_INSTALLED))
+        precision = None  # what DeepSpeed's accelerator supports cannot be asked
+    if isinstance(stage, bool) or stage not in ZERO_STAGES:
+        return [*issues, Issue("stage", f"DeepSpeed ZeRO stage {stage!r} does not exist: DeepSpeed ZeRO has stages 0,"
+                                        " 1, 2 and 3 (e.g. HPUDeepSpeedStrategy(stage=2)).")]
+    zero_stage = stage if zero_optimization else 0
+    off = ", zero_optimization=False" if not zero_optimization else ""
+    if offload_parameters and zero_stage != 3:
+        issues.append(Issue("offload_parameters", (
+            f"Offloading parameters with offload_parameters=True needs ZeRO stage 3, but stage is {stage}{off}. Use"
+            " stage=3, or offload only the optimizer (offload_optimizer=True) with stage 1 or 2 (in a DeepSpeed"
+            " config: 'offload_param' needs 'stage': 3).")))
+    if offload_optimizer and zero_stage == 0:  # lightning-habana ignored it: so do we, saying so
+        issues.append(Issue("offload_optimizer", (
+            f"offload_optimizer=True is ignored: offloading the optimizer needs ZeRO stage 1, 2 or 3, but stage is "
+            f"{stage}{off}: the optimizer stays on the device (so does a DeepSpeed config's 'offload_optimizer')."),
+            "warning"))
+    if fp8_inference and zero_stage == 3:  # fp8 inference reads and quantizes whole weights
+        issues.append(Issue("stage", (
+            "fp8 inference (measure or quantize) with DeepSpeed needs whole weights on each device, and ZeRO stage 3"
+            " partitions them. Predict / test with ZeRO-0, 1 or 2 (e.g. HPUDeepSpeedStrategy(stage=2)): the stage"
+            " only matters for training, and only ZeRO-3 partitions them.")))
+    if backend is not None and zero_stage == 3:
+        ok, reason = zero3_support(backend.generation(), backend.release())
+        if not ok:
+            issues.append(Issue("stage", reason, "warning"))
+    if precision == "16-mixed":
+        accelerator = _deepspeed_accelerator()
+        if not accelerator.is_fp16_supported():
+            issues.append(Issue("precision", (
+                f"16-mixed with DeepSpeed: this DeepSpeed's accelerator has no fp16 (DeepSpeed's"
+                f" {accelerator._name!r} accelerator); choose bf16-mixed.")))
+    return issues
+
+
+@functools.lru_cache(maxsize=1)
+def _deepspeed_accelerator() -> Any:
+    """DeepSpeed's accelerator, set up for this device (imports DeepSpeed once, only when its precision is asked)."""
+    require_deepspeed()
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator()
+
+
+def _apply(issues: list[Issue]) -> list[Issue]:
+    """Raise the first error as MisconfigurationException, warn each warning; returns the warnings."""
+    for issue in issues:
+        if issue.is_error:
+            raise MisconfigurationException(issue.message)
+    for issue in issues:
+        rank_zero_warn(issue.message)
+    return issues
 
 
 class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
@@ -173,30 +254,17 @@ def _inference_keys() -> set[str]:
     return set(deepspeed.default_inference_config())
 
 
-def validate_zero_config(config: dict[str, Any]) -> None:
-    """Catch the configurations DeepSpeed would reject late or obscurely: unknown stage, misplaced offload."""
+def validate_zero_config(config: dict[str, Any], backend: DeviceBackend | None = None) -> None:
+    """Catch the configurations DeepSpeed would reject late or obscurely (unknown stage, misplaced offload), by
+    `deepspeed_issues`; an optimizer offload at stage 0 is dropped, saying so. `backend`: its release's rules too."""
     zero = config.get("zero_optimization")
     if zero is None or zero is False:
         return
     if not isinstance(zero, dict):
         raise MisconfigurationException(f"DeepSpeed config 'zero_optimization' must be a dict, got {zero!r}.")
-    stage = zero.get("stage", 0)
-    if isinstance(stage, bool) or stage not in ZERO_STAGES:
-        raise MisconfigurationException(
-            f"DeepSpeed ZeRO stage {stage!r} does not exist: choose stage 0, 1, 2 or 3 (e.g. "
-            f"HPUDeepSpeedStrategy(stage=2))."
-        )
-    if zero.get("offload_param") and stage != 3:
-        raise MisconfigurationException(
-            f"Offloading parameters (offload_parameters=True / 'offload_param') needs ZeRO stage 3, but stage is "
-            f"{stage}."
-            " Use stage=3, or offload only the optimizer (offload_optimizer=True) with stage 1 or 2."
-        )
-    if zero.get("offload_optimizer") and stage == 0:  # lightning-habana ignored it: so do we, saying so
-        rank_zero_warn(
-            "Offloading the optimizer (offload_optimizer=True / 'offload_optimizer') needs ZeRO stage 1, 2 or 3, but"
-            " stage is 0: the optimizer stays on the device (the offload setting is ignored)."
-        )
+    warned = _apply(deepspeed_issues(stage=zero.get("stage", 0), offload_parameters=bool(zero.get("offload_param")),
+                                     offload_optimizer=bool(zero.get("offload_optimizer")), backend=backend))
+    if any(issue.field == "offload_optimizer" for issue in warned):
         zero.pop("offload_optimizer")
 
 
@@ -225,10 +293,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     ) -> None:
         require_deepspeed()
         inference_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in _inference_keys()}
-        if isinstance(stage, bool) or stage not in ZERO_STAGES:
-            raise MisconfigurationException(
-                f"HPUDeepSpeedStrategy(stage={stage!r}): DeepSpeed ZeRO has stages 0, 1, 2 and 3."
-            )
+        _apply(deepspeed_issues(stage=stage))
         if isinstance(config, dict):
             config = copy.deepcopy(config)  # Lightning fills in the config; keep the user's dict as it was
         elif isinstance(config, (str, Path)) and not os.path.exists(config):
@@ -241,14 +306,10 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} is not valid JSON: "
                                                 f"{err}") from None
-        if config is None and (offload_parameters and (not zero_optimization or stage != 3)):
-            raise MisconfigurationException(
-                f"offload_parameters=True needs ZeRO stage 3 (got stage={stage}"
-                f"{', zero_optimization=False' if not zero_optimization else ''}). Use stage=3, or offload only the"
-                " optimizer (offload_optimizer=True) with stage 1 or 2."
-            )
-        if config is None and offload_optimizer and not zero_optimization:  # stage 0: validate_zero_config warns
-            rank_zero_warn("offload_optimizer=True is ignored: it needs ZeRO (zero_optimization=True, stage 1-3).")
+        if config is None:  # the arguments make the config; with ZeRO on, validate_zero_config warns about offload
+            _apply(deepspeed_issues(stage=stage, zero_optimization=zero_optimization,
+                                    offload_parameters=offload_parameters,
+                                    offload_optimizer=offload_optimizer and not zero_optimization))
         super().__init__(
             *args,
             config=config,
@@ -259,7 +320,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             start_method=start_method,
             **kwargs,
         )
-        validate_zero_config(self.config)
+        validate_zero_config(self.config, get_backend())
         self.inference_kwargs = inference_kwargs
 
     # -- precision: chosen by hpu_nb's selection hook for Trainer(precision=...) ---------------------------------
@@ -305,11 +366,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         """fp8 inference reads and quantizes whole weights; ZeRO-3 leaves each device a shard outside forward."""
         plugin = self.precision_plugin
         if isinstance(plugin, HPUDeepSpeedPrecisionPlugin) and plugin.has_planned_conversions:
-            raise MisconfigurationException(
-                "fp8 inference (measure or quantize) with DeepSpeed needs whole weights on each device, and ZeRO stage"
-                " 3 partitions them. Predict / test with HPUDeepSpeedStrategy(stage=2) (or 0 / 1): the stage only"
-                " matters for training."
-            )
+            _apply(deepspeed_issues(stage=3, fp8_inference=True))
 
     def _apply_planned_fp8_conversions(self) -> None:
         """fp8 inference conversions wait for DeepSpeed's wrapping (its bf16 cast and hook removal come first)."""

@@ -18,46 +18,61 @@ from lightning.pytorch.strategies.fsdp import FSDPStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
+from hpu_nb.core.issues import Issue
+from hpu_nb.core.mixed_precision import autocast_context, loss_scaler
+from hpu_nb.core.precision_names import autocast_dtype, precision_dtype, unify_precision
+from hpu_nb.core.precision_rules import generation_issues
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.base import DeviceBackend
 
 __all__ = [
     "HPUFSDPPrecision",
     "HPUFSDPPrecisionMixin",
     "HPUFSDPStrategy",
     "check_eager_mode",
+    "fsdp_issues",
     "validate_fsdp_precision",
 ]
 
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 
 
+# -- the rules of an FSDP configuration: written once, raised by the strategy and its precision, shown by the widget --
+def fsdp_issues(*, backend: DeviceBackend | None = None, precision: str | int | None = None) -> list[Issue]:
+    """What is wrong with FSDP here: `backend`'s execution mode (FSDP runs in eager mode only), `precision` (one of
+    FSDP_PRECISIONS: no fp8). Each issue names "strategy" or "precision"."""
+    issues: list[Issue] = []
+    if backend is not None and backend.is_lazy():
+        # says plainly which Gaudi this is: the rule is the same on both
+        where = "the emulated Gaudi follows Gaudi's rule" if backend.is_emulated else "this Gaudi is in lazy mode"
+        issues.append(Issue("strategy", (
+            f"HPUFSDPStrategy runs in eager mode only, and {where}: set PT_HPU_LAZY_MODE=0 in the environment before"
+            " Python starts (e.g. `PT_HPU_LAZY_MODE=0 python train.py`, or in the notebook kernel's environment, then"
+            " restart the kernel).")))
+    if precision is not None and unify_precision(precision) not in FSDP_PRECISIONS:
+        fp8 = ("fp8 is not available with the fsdp strategy here; use single, parallel / DDP or DeepSpeed. "
+               if str(precision).startswith("fp8") else "")
+        issues.append(Issue("precision", f"{fp8}HPUFSDPPrecision(precision={precision!r}): choose one of"
+                                         f" {', '.join(FSDP_PRECISIONS)}."))
+    return issues
+
+
 def check_eager_mode() -> None:
     """FSDP on Gaudi needs eager mode; lazy mode is the default, so say how to switch."""
-    backend = get_backend()
-    if backend.is_lazy():
-        where = "the emulated Gaudi follows Gaudi's rule" if backend.is_emulated else "this Gaudi is in lazy mode"
-        raise MisconfigurationException(
-            "HPUFSDPStrategy runs in eager mode only, and "
-            f"{where}: set PT_HPU_LAZY_MODE=0 in the environment before Python starts (e.g."
-            " `PT_HPU_LAZY_MODE=0 python train.py`, or in the notebook kernel's environment)."
-        )
+    for issue in fsdp_issues(backend=get_backend()):
+        raise MisconfigurationException(issue.message)
 
 
 def validate_fsdp_precision(precision: str | int) -> str:
     """Lightning's unified name of an FSDP precision on HPU; fp16 needs Gaudi2 or newer (Trainer and Fabric)."""
-    from hpu_nb.core.precision import unify_precision
-
+    for issue in fsdp_issues(precision=precision):
+        raise ValueError(issue.message)
     unified = unify_precision(precision)
-    if unified not in FSDP_PRECISIONS:
-        raise ValueError(f"HPUFSDPPrecision(precision={precision!r}): choose one of {', '.join(FSDP_PRECISIONS)}.")
-    if unified.startswith("16-"):
-        from hpu_nb.core.accelerator import is_fp16_available
-
-        ok, reason = is_fp16_available()
-        if not ok:
-            raise ValueError(f"precision={precision!r} cannot run here: {reason} Use 'bf16-mixed' instead.")
+    assert unified is not None
+    for issue in generation_issues(unified, get_backend()):
+        raise ValueError(issue.message)
     return unified
 
 
@@ -76,15 +91,14 @@ class HPUFSDPPrecisionMixin:
     def mixed_precision_config(self) -> Any:
         from torch.distributed.fsdp import MixedPrecision
 
-        lower = {"bf16": torch.bfloat16, "16": torch.float16, "32": torch.float32}[self.precision.split("-")[0]]
+        lower = precision_dtype(self.precision)
         param_dtype = torch.float32 if self.precision.endswith("-mixed") else lower
         return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
 
     @override
     def forward_context(self) -> AbstractContextManager:
-        if self.precision.endswith("-mixed"):
-            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
-            return torch.autocast(get_backend().autocast_device_type, dtype=dtype)
+        if autocast_dtype(self.precision) is not None:  # "-mixed": autocast on "hpu", as HPUPrecision's
+            return autocast_context(self.precision)
         return nullcontext()
 
 
@@ -92,7 +106,8 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
     """FSDP precision for HPU (Trainer): autocast on "hpu"; fp16 needs Gaudi2 or newer."""
 
     def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
-        super().__init__(validate_fsdp_precision(precision), scaler=scaler)  # type: ignore[arg-type]
+        unified = validate_fsdp_precision(precision)  # "16-mixed": a ShardedGradScaler on "hpu" (Lightning's is CUDA's)
+        super().__init__(unified, scaler=loss_scaler(unified, scaler, sharded=True))  # type: ignore[arg-type]
 
 
 class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):

@@ -1,0 +1,40 @@
+"""The precision rules that do not belong to one strategy: what the Gaudi generation runs, and where fp8 inference runs.
+
+Written once, as validators returning issues (hpu_nb.core.issues): the plugins raise with their messages, the config
+widget shows them. The generation facts themselves (fp16 / fp8 from Gaudi2 on) live in hpu_nb.runtime.generations; a
+strategy's own precision rules live with it (fp8 not with FSDP: strategies/fsdp.py; fp8 inference not on ZeRO-3:
+strategies/deepspeed.py).
+"""
+
+from __future__ import annotations
+
+from hpu_nb.core.issues import Issue
+from hpu_nb.runtime.base import DeviceBackend
+
+__all__ = ["QUANTIZE_STRATEGIES", "fp8_quantize_issues", "generation_issues"]
+
+# Quantized fp8 inference runs in one process: these strategies keep one (DeepSpeed quantizes after wrapping the model)
+QUANTIZE_STRATEGIES = ("auto", "single", "deepspeed")
+
+
+def generation_issues(precision: str, backend: DeviceBackend) -> list[Issue]:
+    """fp16 ("16-mixed", "16-true") and fp8 need Gaudi2 or newer: the generation's own reason, and what to use instead.
+    `precision` is Lightning's unified name, or "fp8"."""
+    if precision.startswith("16-"):
+        ok, reason = backend.fp16_support()
+        hint = " Use precision='bf16-mixed' instead."
+    elif precision == "fp8":
+        ok, reason = backend.fp8_support()
+        hint = ""
+    else:
+        return []
+    return [] if ok else [Issue("precision", f"precision={precision!r} cannot run here: {reason}{hint}")]
+
+
+def fp8_quantize_issues(strategy: str, devices: int) -> list[Issue]:
+    """Quantized fp8 inference runs on one device. `strategy`: "auto", "single", "ddp", "deepspeed", "fsdp", ..."""
+    if strategy in QUANTIZE_STRATEGIES and devices == 1:
+        return []
+    return [Issue("precision", (
+        "quantized fp8 inference runs on one device: DDP would broadcast the fp8 weights, which its collectives cannot"
+        " carry. Choose 1 device and strategy auto, single or DeepSpeed."))]
