@@ -6,7 +6,14 @@ emulated one on the emulated Gaudi2/3, whose te.Linear is an Fp8Linear); inferen
 a Gaudi, the emulation's measure / quantize elsewhere.
 """
 
-from hpu_nb.core.fp8.convert import convert_modules, fp8_autocast, replace_linear_layers, require_fp8, to_te_recipe
+from hpu_nb.core.fp8.convert import (
+    convert_modules,
+    fp8_autocast,
+    has_fp8_layers,
+    replace_linear_layers,
+    require_fp8,
+    to_te_recipe,
+)
 from hpu_nb.core.fp8.inference import (
     Fp8InferenceError,
     InferencePlan,
@@ -36,6 +43,7 @@ __all__ = [
     "finalize_measurements",
     "fp8_autocast",
     "fp8_enabled",
+    "has_fp8_layers",
     "make_config",
     "matmul_path",
     "normalize_config",

@@ -15,22 +15,27 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.core.fp8.inference import prepare_inference
+from hpu_nb.core.precision_names import UnsupportedPrecisionError
 from hpu_nb.runtime import get_backend
 
 
 def require_fp8() -> None:
     """Raise the clear error when this Gaudi generation (real or emulated) has no fp8."""
-    from hpu_nb.core.precision import UnsupportedPrecisionError
-
     ok, reason = get_backend().fp8_support()
     if not ok:
         raise UnsupportedPrecisionError(f"fp8 cannot run here: {reason}")
 
 
+def has_fp8_layers(module: torch.nn.Module) -> bool:
+    """Whether `module` already holds fp8 layers (converted before, or built with them by its author)."""
+    engine = get_backend().fp8_engine()
+    return any(engine.is_fp8_layer(m) for m in module.modules())
+
+
 def replace_linear_layers(module: torch.nn.Module, recipe: Any = None) -> int:
     """Swap every nn.Linear below `module` for the engine's fp8 layer, keeping its weights. Returns the count."""
     engine = get_backend().fp8_engine()
-    if any(engine.is_fp8_layer(m) for m in module.modules()):
+    if has_fp8_layers(module):
         rank_zero_info("The model already holds fp8 layers; leaving its layers as they are.")
         return 0
     return _swap(module, lambda linear: engine.fp8_layer(linear, recipe))

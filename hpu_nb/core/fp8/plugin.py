@@ -1,0 +1,117 @@
+"""fp8 for a precision plugin: `HPUFp8Mixin`, shared by HPUPrecision (Fabric), HPUPrecisionPlugin (Trainer) and the
+DeepSpeed plugin.
+
+Lightning's strategies and Fabric's `setup` call the plugin's `convert_module` while they set the model up (as they
+do for Lightning's TransformerEnginePrecision): with precision="fp8" and replace_layers=True the nn.Linear layers are
+swapped for fp8 layers there, before the optimizers are made. `convert_modules` stays for lightning-habana's explicit
+call (training layers, or fp8 inference: measure / quantize).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_warn
+from typing_extensions import override
+
+from hpu_nb.core.fp8.convert import convert_modules, has_fp8_layers
+from hpu_nb.core.fp8.inference import finalize_measurements, pending_measurements, state_of
+from hpu_nb.runtime import get_backend
+
+__all__ = ["HPUFp8Mixin"]
+
+
+class HPUFp8Mixin:
+    """fp8 for a precision plugin: `convert_module` (Lightning's set-up hook), `convert_modules` (fp8 training layers,
+    or fp8 inference: measure / quantize), the models it set up to measure, and `finish_measurements`, which the HPU
+    strategies call at the end of trainer.predict / trainer.test. Put it before the Lightning base
+    (`class P(HPUFp8Mixin, Precision)`) and call `_init_fp8` once `self.precision` is set.
+    """
+
+    precision: str
+
+    def _init_fp8(self, recipe: Any, replace_layers: bool) -> None:
+        if (recipe is not None or replace_layers) and self.precision != "fp8":
+            rank_zero_warn(f"precision={self.precision!r} is not 'fp8': recipe and replace_layers are ignored.")
+        self.recipe = recipe if self.precision == "fp8" else None
+        self.replace_layers = bool(replace_layers) and self.precision == "fp8"
+        self._measuring: list[weakref.ref] = []  # models in fp8 measurement mode, written at the end of predict / test
+        # lightning-habana's flags: what this plugin can do with fp8 here (both False for other precisions)
+        fp8 = self.precision == "fp8"
+        self.fp8_training_available = fp8  # validate_precision refused fp8 where it cannot train
+        self.fp8_inference_available = fp8 and get_backend().fp8_engine().inference_support()[0]
+
+    @override
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Lightning's set-up hook: with precision="fp8" and replace_layers=True, swap nn.Linear for fp8 layers (a
+        model that already holds fp8 layers is left as it is, as Lightning's TransformerEnginePrecision does)."""
+        module = super().convert_module(module)  # type: ignore[misc]
+        if self.precision == "fp8" and self.replace_layers and not has_fp8_layers(module):
+            return convert_modules(module, replace_layers=True, recipe=self.recipe)
+        return module
+
+    def convert_modules(
+        self,
+        module: torch.nn.Module,
+        inference: bool = False,
+        quant: bool | str | dict = True,
+        fp8_data_path: str | None = None,
+        *,
+        replace_layers: bool | None = None,
+        recipe: Any = None,
+    ) -> torch.nn.Module:
+        """Prepare `module` for fp8: training layers (replace_layers=True), or inference: quant=False measures,
+        quant=True quantizes (a config file path or dict, as lightning-habana took, decides by its "mode").
+        Measurements live in `fp8_data_path`, else $HABANA_LOGS, else `<hpu_nb cache directory>/fp8`
+        ($HPU_NB_CACHE_DIR, else ~/.cache/hpu_nb): measure and quantize find them there without a path.
+
+        Returns the model to train / predict with (the same object on the emulated Gaudi).
+        """
+        if self.precision != "fp8":
+            raise ValueError(
+                f"convert_modules() needs {type(self).__name__}(precision='fp8'), not {self.precision!r}."
+            )
+        if recipe is not None:
+            self.recipe = recipe
+        if replace_layers is not None:
+            self.replace_layers = bool(replace_layers)
+        if inference:
+            return self._convert_for_inference(module, quant, fp8_data_path)
+        if not self.replace_layers:
+            rank_zero_warn("convert_modules(): nothing to do; pass replace_layers=True (training) or inference=True.")
+            return module
+        return convert_modules(module, replace_layers=True, recipe=self.recipe)
+
+    def _convert_for_inference(
+        self, module: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
+    ) -> torch.nn.Module:
+        """Set `module` up for the inference step now (the DeepSpeed plugin waits until DeepSpeed has wrapped it)."""
+        return self._track(convert_modules(module, inference=True, quant=quant, fp8_data_path=fp8_data_path))
+
+    def _track(self, converted: torch.nn.Module) -> torch.nn.Module:
+        """Remember a model set up to measure: finish_measurements writes its measurements."""
+        state = state_of(converted)
+        if state is not None and state.mode == "measure":
+            self._measuring.append(weakref.ref(converted))
+        return converted
+
+    def finish_measurements(self) -> list:
+        """Write the fp8 measurements of the models this plugin set up. The HPU strategies call it at the end of
+        trainer.predict / trainer.test, while the model is still on the device (as lightning-habana did)."""
+        written = []
+        for ref in self._measuring:
+            model = ref()
+            if model is not None:
+                written += finalize_measurements(model)
+        return written
+
+    @override
+    def teardown(self) -> None:
+        pending = [ref() for ref in self._measuring]
+        if any(model is not None and model in pending_measurements() for model in pending):
+            rank_zero_warn(
+                "fp8 measurements were not written: they are written at the end of trainer.predict() or trainer.test(),"
+                " while the model is on the device. Run one of them with this plugin (fit() does not measure).")
+        super().teardown()  # type: ignore[misc]
