@@ -1,7 +1,7 @@
 """A multi-card Trainer acquires cards only in its workers, one each: never in the launching process.
 
 On a Gaudi a process acquires a card the first time it uses the device, and asking Habana for the device name counts
-(habana_api.md v2). These runs use the fake Gaudi's machine log (every acquisition, with its process id) and a
+(Habana's bridge source). These runs use the fake Gaudi's machine log (every acquisition, with its process id) and a
 tenant's HABANA_VISIBLE_MODULES=2,3: a launcher that acquired a card early would hold card 0 (another tenant's), and
 the workers would not get 2 and 3.
 """

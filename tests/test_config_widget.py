@@ -228,7 +228,7 @@ def test_validation_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     for precision in ("fp8-measure", "fp8-quantize"):
         assert any("ZeRO-3 partitions them" in e
                    for e in errors(precision=precision, strategy="deepspeed", deepspeed_stage=3))
-    no_path = TrainerConfig(precision="fp8-quantize", fp8_data_path=" ")  # the default directory, as in the seed
+    no_path = TrainerConfig(precision="fp8-quantize", fp8_data_path=" ")  # the default directory
     assert no_path.errors == [] and "fp8_data_path" not in no_path.code
     assert "<cache directory>/fp8" in no_path.warnings[0].message
     assert any("quantized fp8 inference runs on one device" in e

@@ -275,7 +275,7 @@ def test_without_a_path_measurements_go_to_the_cache_directory_and_a_fresh_proce
     torch.save(predict(model), tmp_path / "fp32.pt")
     plugin = HPUPrecisionPlugin("fp8")
     with caplog.at_level("INFO"):
-        plugin.convert_modules(model, inference=True, quant=False)  # the seed's example passes no path
+        plugin.convert_modules(model, inference=True, quant=False)  # lightning-habana's fp8 example passes no path
         assert data_dir(None) == own_cache_dir / "fp8"
     said = [r.getMessage() for r in caplog.records if "no fp8_data_path given" in r.getMessage()]
     assert said == [f"fp8 inference: no fp8_data_path given; measurements live in {own_cache_dir / 'fp8'} (hpu_nb's"

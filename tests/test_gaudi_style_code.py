@@ -68,7 +68,7 @@ def test_save_and_restore_a_checkpoint_on_the_device(tmp_path):
 
 
 class LitClassifier(L.LightningModule):
-    """The seed documents' native-autocast pattern: torch.autocast(device_type="hpu") inside forward."""
+    """lightning-habana's documented native-autocast pattern: torch.autocast(device_type="hpu") inside forward."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""Behaviours lightning-habana's users rely on (issue 11, parts 6 and 7, strategy side), rewritten from what the
+"""Behaviours lightning-habana's users rely on (the strategy side), rewritten from what the
 plugin's own tests assert: strategies usable before a Trainer exists, HPU strategies refusing other accelerators, a
 custom strategy in the registry, HPUProfiler.profile_hpu_activities, the ZeRO-Infinity name, FSDP CPU offload,
 DeepSpeed fp16 and DeepSpeed activation checkpointing on the CPU."""
@@ -173,7 +173,7 @@ def test_deepspeed_fp16_trains_on_gaudi2(tmp_path):
 
 @pytest.mark.timeout(400)
 def test_deepspeed_cpu_checkpointing_recomputes_from_a_cpu_copy(tmp_path):
-    """The seed's activation-checkpointing example (ZeRO-3, optimizer offload, cpu_checkpointing=True) trains, and to
+    """The plugin's activation-checkpointing example (ZeRO-3, optimizer offload, cpu_checkpointing=True) trains, and to
     the very same loss as without checkpointing: recomputation is exact."""
     losses = {}
     for spec in ("ds:3:offload:cpu_checkpointing", "ds:3:offload"):

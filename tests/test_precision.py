@@ -120,7 +120,7 @@ def test_bf16_training_really_lowers_the_math() -> None:
 
 
 class LocallyFp32(LinearModel):
-    """The seed's pattern: a local torch.autocast(enabled=False) block inside a mixed-precision step."""
+    """A documented pattern: a local torch.autocast(enabled=False) block inside a mixed-precision step."""
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -137,7 +137,7 @@ def test_native_autocast_disables_mixed_precision_for_a_block() -> None:
 
 
 class OwnAutocast(LinearModel):
-    """The seed's other pattern: no plugin, the model turns autocast on itself (device_type picked for us)."""
+    """Another documented pattern: no plugin, the model turns autocast on itself (device_type picked for us)."""
 
     @hpu_autocast(torch.bfloat16)
     def forward(self, x):

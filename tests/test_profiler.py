@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class CustomActionModel(LinearModel):
-    """The seed's custom profiling: self.profiler.profile(...) and start/stop around parts of a step."""
+    """Custom profiling as documented: self.profiler.profile(...) and start/stop around parts of a step."""
 
     def __init__(self, profiler) -> None:
         super().__init__(features=32)

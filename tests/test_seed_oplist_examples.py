@@ -1,4 +1,4 @@
-"""The seed documents' customised op-list examples run as written, warning about the names no ATen op has.
+"""lightning-habana's documented customised op-list examples run as written, warning about the names no ATen op has.
 
 lightning-habana's `ops_fp32_mnist.txt` names `cross_entropy` (torch.nn.functional's name; the ATen op is
 `cross_entropy_loss`) and `tan`: on a Gaudi the first line is never matched, and the run goes on. The examples pass

@@ -1,4 +1,4 @@
-"""Gaudi code written by others runs unchanged on the emulated Gaudi (issue 17, part 6).
+"""Gaudi code written by others runs unchanged on the emulated Gaudi.
 
 Each script under tests/third_party/ is written as its authors' users write Gaudi code, and runs in its own interpreter
 so that the import order is the script's own (Habana's examples import habana_frameworks before torch) and nothing of

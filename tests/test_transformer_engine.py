@@ -1,6 +1,6 @@
 """The emulated transformer engine (habana_frameworks.torch.hpex.experimental.transformer_engine): te.Linear against
 nn.Linear and against the float8 / torch._scaled_mm reference, fp8_autocast and FP8GlobalStateManager, the recipe,
-the first-generation refusal, HPUPrecisionPlugin going through it, and the seed's fp8 training example as written."""
+the first-generation refusal, HPUPrecisionPlugin going through it, and the plugin's fp8 training example as written."""
 
 from __future__ import annotations
 
@@ -340,7 +340,7 @@ def test_the_seed_fp8_training_example_runs_as_written(te) -> None:
     from hpu_nb import HPUAccelerator, HPUPrecisionPlugin
 
     class BoringModel(LightningBoringModel):
-        """The seed's model: Lightning's, keeping its losses, with SGD at lr=0.01 (at Lightning's 0.1 it diverges in
+        """The example's model: Lightning's, keeping its losses, with SGD at lr=0.01 (at Lightning's 0.1 it diverges in
         every precision, 32-true included: inputs of 32 unit normals)."""
         def __init__(self) -> None:
             super().__init__()

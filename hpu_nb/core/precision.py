@@ -61,7 +61,7 @@ class HPUPrecisionPlugin(Precision, HPUPrecision):
         recipe: fp8 recipe (hpu_nb.core.fp8.DelayedScaling, Habana's te.recipe.DelayedScaling, or a dict).
         replace_layers: with precision="fp8", trainer.fit (or convert_modules()) swaps nn.Linear for fp8 layers.
         lower_list / fp32_list: op-list file path or op names, replacing Habana's default list.
-        bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: seed (HMP) arguments, still read.
+        bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: HMP-era arguments, still read.
         scaler: a torch.amp.GradScaler for "16-mixed" (default: one on "hpu").
     """
 

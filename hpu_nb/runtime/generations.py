@@ -2,7 +2,7 @@
 
 The one home for these rules: the accelerator, the precision plugin, fp8, op lists, %hpu_info and the fakes all ask
 here rather than writing their own `if generation == ...`. Release facts are modelled on Habana's published bridge
-source ("Publish 1.19.0") and release notes, as summarised in habana_api.md v2.
+source (github.com/HabanaAI/gaudi-pytorch-bridge, tag "Publish 1.19.0") and Habana's release notes.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ set_backend(None)""",
 ]
 
 # a fresh kernel for the form: it ends with ZeRO-Offload, whose fork after other training in the same kernel hangs
-# (see the report of issue 12; the launcher's problem, not the form's)
+# (the fork launcher's problem, not the form's)
 FORM_CELLS = [
     "%load_ext hpu_nb\n" + CELLS[1],
     # 1: the configuration form (a short run: the code it writes stops after 3 steps)

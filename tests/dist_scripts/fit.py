@@ -50,7 +50,7 @@ class Model(L.LightningModule):
         self.deepspeed_checkpointing = False
 
     def forward(self, x):
-        if self.deepspeed_checkpointing:  # the seed's activation-checkpointing example
+        if self.deepspeed_checkpointing:  # lightning-habana's activation-checkpointing example
             from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint
 
             return checkpoint(self.net[2], self.net[1](self.net[0](x)))  # recomputed in backward from a CPU copy

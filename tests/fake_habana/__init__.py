@@ -1,4 +1,4 @@
-"""A fake Intel Gaudi for tests: the `habana_frameworks` package (built to /work/shared/habana_api.md v2), Intel's
+"""A fake Intel Gaudi for tests: the `habana_frameworks` package (built to Habana's published bridge source), Intel's
 transformer engine it re-exports, an optional fake `pyhlml`, and a fake `hl-smi` executable (see hlsmi.py).
 
 The fake package lives on disk (site_packages/) so that module names, `__module__` of its functions and

@@ -1,4 +1,4 @@
-"""The fake Gaudi keeps to the contract (/work/shared/habana_api.md v2): one test per row, named after the row.
+"""The fake Gaudi keeps to Habana's published behaviour (gaudi-pytorch-bridge): one test per fact, named after it.
 
 Each test checks the fake's behaviour (side effects included) as Habana's published source has it, so tests of hpu_nb
 against the fake fail where the real Gaudi would. The rows on HPU graphs and dynamic shapes belong to the work that

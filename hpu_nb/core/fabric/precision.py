@@ -47,7 +47,7 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         lower_list / fp32_list: op-list file path or op names, replacing Habana's default list (the device reads the
             variables PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST / PT_HPU_AUTOCAST_FP32_OPS_LIST; on a Gaudi, set them
             before Python starts instead: Habana reads them when it loads).
-        bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: seed (HMP) arguments, still read.
+        bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: HMP-era arguments, still read.
         scaler: a torch.amp.GradScaler for "16-mixed" (default: one on "hpu"; hpu_nb.core.mixed_precision says why).
     """
 

@@ -17,7 +17,7 @@ is fixed when the model is converted: a process that knows its rank then (torch.
 WORLD_SIZE) reads and writes `_<rank>_<world>`, otherwise the file without a suffix.
 
 Without fp8_data_path the directory is $HABANA_LOGS, else `<hpu_nb cache directory>/fp8` ($HPU_NB_CACHE_DIR, else
-~/.cache/hpu_nb; the same for the measuring and the quantizing process), as the seed's example passes no path; which
+~/.cache/hpu_nb; the same for the measuring and the quantizing process), as the plugin's example passes no path; which
 one was chosen is logged once.
 
 The measurement and quantization themselves are the device's fp8 engine's (Intel Neural Compressor on a Gaudi, the

@@ -328,7 +328,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     def hpu_precision_plugin(precision: Any) -> HPUDeepSpeedPrecisionPlugin:
         return HPUDeepSpeedPrecisionPlugin(precision)
 
-    # -- a config that enables bf16 / fp16 sets the precision, as in the seed's BF16-optimizer example -------------
+    # -- a config that enables bf16 / fp16 sets the precision, as in lightning-habana's BF16-optimizer example -
     @override
     def setup(self, trainer: Any) -> None:
         self._adopt_config_precision()

@@ -1,10 +1,10 @@
-"""The emulated `habana_frameworks` surface: what seed-style Gaudi code imports, backed by the emulated hpu device.
+"""The emulated `habana_frameworks` surface: what Gaudi users' code imports, backed by the emulated hpu device.
 
 `install()` adds a finder at the end of `sys.meta_path`, so `import habana_frameworks.torch.core as htcore` finds
 this package only when no real `habana_frameworks` is installed: it never shadows Habana's software. The same finder
 answers torch's own `import torch.hpu` (what torch does before the first `device="hpu"` tensor), so plain torch code
 works after `import hpu_nb`. The modules model the parts of Habana's API that user code and Lightning integrations
-call (habana_api.md v2); each says that it is emulated.
+call (as github.com/HabanaAI/gaudi-pytorch-bridge has them); each says that it is emulated.
 """
 
 from __future__ import annotations
