@@ -179,6 +179,59 @@ def test_show_returns_the_viewer_of_the_last_trace(fitted):
     # (which ops make the top 25 by self time depends on timing: the matmul is sometimes just outside)
 
 
+def test_show_without_the_notebook_layer_says_how_to_get_the_viewer_and_gives_the_text_summary(fitted):
+    from hpu_nb.core.profiler import TraceSummaryText
+    from hpu_nb.traces.viewer_registry import register_trace_viewer
+
+    profiler, _ = fitted
+    previous = register_trace_viewer(None)  # as in a script that never imported the notebook layer
+    try:
+        shown = profiler.show()
+    finally:
+        register_trace_viewer(previous)
+    assert isinstance(shown, TraceSummaryText)
+    text = repr(shown)
+    assert "%load_ext hpu_nb" in text and "Top 25 ops by self time" in text and EMULATED_NOTE in text
+    assert os.path.basename(profiler.last_trace_path()) in text
+
+
+def test_load_ext_registers_the_viewer_show_opens_and_unload_removes_it(fitted):
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from hpu_nb.notebook.extension import open_trace_viewer
+    from hpu_nb.notebook.trace_viewer import TraceViewer
+    from hpu_nb.traces.viewer_registry import register_trace_viewer, registered_trace_viewer
+
+    profiler, _ = fitted
+    previous = register_trace_viewer(None)
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "hpu_nb")
+        assert registered_trace_viewer() is open_trace_viewer
+        viewer = profiler.show()
+        assert isinstance(viewer, TraceViewer) and viewer.trace.path == profiler.last_trace_path()
+        shell.run_line_magic("unload_ext", "hpu_nb")
+        assert registered_trace_viewer() is None
+    finally:
+        if "hpu_nb" in shell.extension_manager.loaded:
+            shell.run_line_magic("unload_ext", "hpu_nb")
+        register_trace_viewer(previous)
+
+
+def test_the_profiler_and_traces_import_no_notebook_layer():
+    """core / traces never import hpu_nb.notebook (the viewer is registered from above), even for show()."""
+    code = (
+        "import sys, hpu_nb.core.profiler, hpu_nb.traces, hpu_nb.traces.viewer_registry\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hpu_nb.notebook')))\n"
+    )
+    env = dict(os.environ, HPU_NB_BACKEND="emulated", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
 def test_one_trace_per_rank_with_filename(tmp_path):
     profilers = {}
     for rank in (1, 10):

@@ -31,6 +31,19 @@ log = logging.getLogger(__name__)
 ALLOWED_HABANA_PROFILE = ("", "profile_api_light")
 EMULATED_NOTE = "emulated Gaudi, CPU activity only"
 PROFILER_STRING = "hpu"
+VIEWER_MISSING = ("HPUProfiler.show(): no trace viewer is loaded (it comes with the notebook layer): run "
+                  "`%load_ext hpu_nb` in the notebook (or `import hpu_nb.notebook.trace_viewer`) and call show() again."
+                  " The trace's text summary:")
+
+
+class TraceSummaryText:
+    """What `show()` gives without the notebook layer: how to get the viewer, then the trace's text summary."""
+
+    def __init__(self, hint: str, summary: str) -> None:
+        self.hint, self.summary = hint, summary
+
+    def __repr__(self) -> str:
+        return f"{self.hint}\n\n{self.summary}"
 
 
 class HPUProfiler(PyTorchProfiler):
@@ -175,11 +188,16 @@ class HPUProfiler(PyTorchProfiler):
     def show(self, path: str | None = None, **kwargs: Any) -> Any:
         """The inline trace viewer for the last trace written (an anywidget; static HTML when headless).
 
-        The notebook layer is imported here, lazily, so the profiler itself never needs IPython.
+        The viewer belongs to the notebook layer, which registers it (hpu_nb.traces.viewer_registry) when imported or
+        on `%load_ext hpu_nb`; without it this returns the trace's text summary, headed by how to get the viewer.
         """
-        from hpu_nb.notebook.trace_viewer import TraceViewer
+        from hpu_nb.traces.viewer_registry import registered_trace_viewer
 
-        return TraceViewer(path or self.last_trace_path(), **kwargs)
+        viewer = registered_trace_viewer()
+        path = path or self.last_trace_path()
+        if viewer is not None:
+            return viewer(path, **kwargs)
+        return TraceSummaryText(VIEWER_MISSING, repr(self.load_trace(path).summary(top=kwargs.get("top", 25))))
 
     def __repr__(self) -> str:
         acts = ", ".join(_activity_name(a) for a in self.activities) or "none"

@@ -1,5 +1,6 @@
-"""`%load_ext hpu_nb`: registers %hpu_info and %hpu_trace and an HTML view of the device backend, and makes HPU
-Trainers print one line naming the backend instead of Lightning's GPU / TPU lines (`hpu_nb.core.trainer_output`).
+"""`%load_ext hpu_nb`: registers %hpu_info and %hpu_trace, an HTML view of the device backend and the trace viewer
+HPUProfiler.show() opens (hpu_nb.traces.viewer_registry), and makes HPU Trainers print one line naming the backend
+instead of Lightning's GPU / TPU lines (`hpu_nb.core.trainer_output`).
 
 Loading twice is harmless (the same functions are registered again); `%unload_ext hpu_nb` removes the magics and the
 formatter. In plain IPython the magics print text.
@@ -26,6 +27,13 @@ def hpu_trace_magic(line: str = "") -> Any:
     return magic(line)
 
 
+def open_trace_viewer(path: str, **options: Any) -> Any:
+    """HPUProfiler.show()'s viewer once `%load_ext hpu_nb` ran: imported on first use (anywidget is not cheap)."""
+    from hpu_nb.notebook.trace_viewer import TraceViewer
+
+    return TraceViewer(path, **options)
+
+
 hpu_info_magic.__name__ = "hpu_info"
 hpu_trace_magic.__name__ = "hpu_trace"
 
@@ -45,8 +53,11 @@ def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and the backend's HTML formatter, quiet HPU Trainers' device lines (idempotent)."""
     from hpu_nb.core import trainer_output
     from hpu_nb.runtime.base import DeviceBackend
+    from hpu_nb.traces.viewer_registry import register_trace_viewer, registered_trace_viewer
 
     trainer_output.install()
+    if registered_trace_viewer() is None:  # the TraceViewer class itself once trace_viewer.py was imported
+        register_trace_viewer(open_trace_viewer)
     ipython.register_magic_function(hpu_info_magic, magic_kind="line", magic_name="hpu_info")
     ipython.register_magic_function(hpu_trace_magic, magic_kind="line", magic_name="hpu_trace")
     html_formatter = ipython.display_formatter.formatters.get("text/html")
@@ -57,7 +68,10 @@ def load_ipython_extension(ipython: Any) -> None:
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove what load_ipython_extension added; harmless when it was never loaded."""
     from hpu_nb.runtime.base import DeviceBackend
+    from hpu_nb.traces.viewer_registry import register_trace_viewer, registered_trace_viewer
 
+    if registered_trace_viewer() is open_trace_viewer:
+        register_trace_viewer(None)
     line_magics = ipython.magics_manager.magics.get("line", {})
     for name in LINE_MAGICS:
         if name in line_magics and getattr(line_magics[name], "__module__", None) == __name__:
