@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hpu_nb import traces
-from hpu_nb.traces import TraceLoadWarning, _parse
+from hpu_nb.traces import TraceLoadWarning, reading
 from hpu_nb.traces._parse import MAX_TIME_US, parse_file
 
 N = 300
@@ -191,7 +191,7 @@ def test_a_corrupt_gzip_file_is_named_as_such(tmp_path):
 
 
 def test_a_gzip_file_corrupt_midway_loads_what_came_before(tmp_path, monkeypatch):
-    monkeypatch.setattr(_parse, "GZIP_READ_SIZE", 4096)  # a small file read in several steps, as a big one is
+    monkeypatch.setattr(reading, "GZIP_READ_SIZE", 4096)  # a small file read in several steps, as a big one is
     path = tmp_path / "t.json.gz"
     raw = gzip.compress(json.dumps({"traceEvents": [good_event(i) for i in range(20_000)]}).encode(), 1)
     damaged = bytearray(raw)

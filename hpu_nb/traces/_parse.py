@@ -1,4 +1,4 @@
-"""Streaming Chrome-trace parser: bytes in, compact columns out.
+"""Streaming Chrome-trace parser: bytes in, compact columns out (this module: cutting the JSON into events).
 
 Why this shape: a profiler trace is one JSON object whose bulk is the ``traceEvents`` array.
 ``json.load`` builds a dict per event (about 1 KB each) and needs the whole text in memory.
@@ -8,316 +8,51 @@ events of that piece with msgspec into small typed structs that keep only the fi
 turned into numpy columns straight away, so peak memory is one block + its structs + the
 columns, whatever the file size. The same loop serves plain and gzipped files, and a file
 that ends early (a crashed run) simply yields the events that were complete.
+
+The other jobs live beside it: bounded / gzip reading (reading.py), events into columns (event_columns.py), what was
+seen (parse_stats.py).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
 import warnings
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import numpy as np
 
+from hpu_nb.traces.event_columns import (
+    MAX_TIME_US,
+    PH_COMPLETE,
+    PH_COUNTER,
+    ArgsStore,
+    EventColumns,
+    MemoryColumns,
+    decode_any,
+    decode_event,
+    decode_events,
+    decode_raws,
+)
 from hpu_nb.traces.load_warning import TraceLoadWarning
+from hpu_nb.traces.parse_stats import ParseStats
+from hpu_nb.traces.reading import BLOCK_SIZE, GZIP_READ_SIZE, is_gzip, read_blocks
 
-BLOCK_SIZE = 8 << 20  # bytes read per step; bounds the transient memory of the parser
+__all__ = ["BLOCK_SIZE", "GZIP_READ_SIZE", "MAX_TIME_US", "PH_COMPLETE", "PH_COUNTER", "ArgsStore", "MemoryColumns",
+           "ParseStats", "ParsedTrace", "is_gzip", "parse_file"]
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _SPLIT = re.compile(rb"\}\s*,\s*\{")  # the gap between two events: "},\n  {"
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _MAX_SPLIT_TRIES = 8
-# Timestamps and durations (microseconds) beyond this are malformed: the trace holds times as int64 nanoseconds
-# from its first event, and (largest - smallest timestamp + longest duration) must fit. 3e15 us since the Unix epoch
-# is the year 2065; real durations are far shorter.
-MAX_TIME_US = 3e15
-GZIP_READ_SIZE = 256 << 10  # compressed bytes read at a time
 SUFFIX_LIMIT = 4 << 20  # bytes of top-level JSON kept after the events array (the rest is only counted)
 # Bounds that keep a hostile file (a gzip bomb of zeros or of whitespace) from growing the parser's buffer: a trace's
 # top-level keys before "traceEvents" are kilobytes, and one event is at most a few MB of args.
 HEADER_LIMIT = 16 << 20  # bytes searched for the start of the events array
 EVENT_LIMIT = 64 << 20  # bytes without an event boundary (one event, or padding) before reading stops
-GZIP_FEED_SIZE = 16 << 10  # compressed bytes handed to zlib at once: a corruption loses at most this much output
-
-
-def _squeeze(blob: bytes) -> bytes:
-    """Drop pretty-printing (newlines and most indentation) from JSON text; strings cannot hold raw newlines.
-
-    bytes.replace runs at memchr speed; a regex over the same text is several times slower.
-    """
-    if b"\n" not in blob:
-        return blob
-    for k in (12, 8, 6, 4, 2):  # shrink indentation runs; the few spaces left are harmless JSON whitespace
-        blob = blob.replace(b"\n" + b" " * k, b"\n")
-    return blob.replace(b"\r", b"").replace(b"\n", b"")
-
-
-class _Event(msgspec.Struct, gc=False):
-    """The fields of one trace event that we keep; everything else is skipped by the decoder."""
-
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    ts: float = math.nan
-    dur: float = 0.0
-    pid: int | str = 0
-    tid: int | str = 0
-    args: msgspec.Raw = msgspec.Raw()
-
-
-_decode_events = msgspec.json.Decoder(list[_Event]).decode
-_decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
-_decode_event = msgspec.json.Decoder(_Event).decode
-_decode_any = msgspec.json.decode
-
-# phase codes stored in the `ph` column
-PH_COMPLETE, PH_INSTANT, PH_COUNTER = 0, 1, 2
-MEMORY_EVENT = "[memory]"
-_KEPT_PHASES = {"X": PH_COMPLETE, "i": PH_INSTANT, "I": PH_INSTANT, "C": PH_COUNTER}
-_FLOW_PHASES = frozenset("sftbenNOD")  # flows, async and object events: not drawn on tracks
-
-
-class _MemoryArgs(msgspec.Struct, gc=False):
-    allocated: int = msgspec.field(default=0, name="Total Allocated")
-    reserved: int = msgspec.field(default=0, name="Total Reserved")
-    device_type: int | str | None = msgspec.field(default=None, name="Device Type")
-    device_id: int | None = msgspec.field(default=-1, name="Device Id")
-
-
-_decode_memory_list = msgspec.json.Decoder(list[_MemoryArgs]).decode
-
-
-def _decode_memory_one(raw: bytes) -> _MemoryArgs | None:
-    try:
-        return msgspec.json.decode(raw, type=_MemoryArgs)
-    except msgspec.DecodeError:
-        return None
-
-
-def _memory_device(kind: Any, dev: Any) -> str:
-    names = {
-        0: "cpu",
-        1: "cuda",
-        2: "mkldnn",
-        3: "opengl",
-        4: "opencl",
-        5: "ideep",
-        6: "hip",
-        7: "fpga",
-        8: "maia",
-        9: "xla",
-        10: "vulkan",
-        11: "metal",
-        12: "xpu",
-        13: "mps",
-        14: "meta",
-        15: "hpu",
-    }
-    name = names.get(kind, str(kind)) if isinstance(kind, int) else str(kind or "?")
-    return name if dev in (-1, None) else f"{name}:{dev}"
-
-
-@dataclass
-class MemoryColumns:
-    """The profiler's [memory] events, decoded while parsing (their args are all we need of them)."""
-
-    index: np.ndarray  # event index in file order (kept events)
-    ts_us: np.ndarray
-    allocated: np.ndarray
-    reserved: np.ndarray
-    device: np.ndarray  # index into `devices`
-    devices: list[str]
-
-    def args(self, k: int) -> dict[str, Any]:
-        return {
-            "Total Allocated": int(self.allocated[k]),
-            "Total Reserved": int(self.reserved[k]),
-            "device": self.devices[int(self.device[k])],
-        }
-
-
-@dataclass
-class ParseStats:
-    """What the parser saw besides the events it kept."""
-
-    bytes_read: int = 0
-    malformed: int = 0  # events that could not be read (bad JSON, wrong types, no or an absurd timestamp)
-    skipped: int = 0  # well-formed events of phases we do not show (flows, async, object events)
-    unmatched: int = 0  # "B" without "E" or the other way round
-    truncated: bool = False
-    dropped_bytes: int = 0  # trailing bytes of a truncated file that held no complete event
-    trailing_bytes: int = 0  # bytes after the end of the trace's JSON document (a second document?)
-    gzip_error: str | None = None  # a corrupt gzip stream: what zlib said, and where
-    stopped: str | None = None  # why reading stopped before the end of the file (an event too large to read)
-    examples: list[str] = field(default_factory=list)  # a few malformed events, for the warning
-
-    def note_malformed(self, raw: Any) -> None:
-        self.malformed += 1
-        if len(self.examples) < 3:
-            text = bytes(raw)[:120].decode("utf-8", "replace") if not isinstance(raw, str) else raw[:120]
-            self.examples.append(text)
-
-
-class _Columns:
-    """Growing per-event columns plus the interned name / category / track tables."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-        self.cats: dict[str, int] = {"": 0}
-        self.tracks: dict[tuple[Any, Any], int] = {}
-        self.ts: list[np.ndarray] = []
-        self.dur: list[np.ndarray] = []
-        self.name_id: list[np.ndarray] = []
-        self.cat_id: list[np.ndarray] = []
-        self.track_id: list[np.ndarray] = []
-        self.ph: list[np.ndarray] = []
-        self.args_blob: list[bytes] = []  # raw JSON args of kept events, one blob per piece
-        self.args_len: list[np.ndarray] = []  # positions of the NUL separators inside each blob
-        self.special: list[tuple[int, bytes]] = []  # (event index, args) of counter events
-        self.mem: dict[str, list[Any]] = {"index": [], "ts": [], "allocated": [], "reserved": [], "device": []}
-        self.mem_devices: dict[str, int] = {}
-        self.count = 0
-        self.metadata: list[_Event] = []  # "M" events: process / thread names and sort order
-        self.open_spans: dict[tuple[Any, Any], list[_Event]] = {}  # "B" events waiting for their "E"
-
-    def add(self, events: list[_Event], stats: ParseStats, keep_args: bool) -> None:
-        kept: list[_Event] = []
-        append = kept.append
-        for e in events:
-            code = _KEPT_PHASES.get(e.ph)
-            if code is not None:
-                append(e)
-            elif e.ph == "M":
-                self.metadata.append(e)
-            elif e.ph == "B" or e.ph == "E":
-                closed = self._pair(e, stats)
-                if closed is not None:
-                    append(closed)
-            elif e.ph in _FLOW_PHASES:
-                stats.skipped += 1
-            else:
-                stats.note_malformed(msgspec.json.encode(e))
-        if not kept:
-            return
-        n = len(kept)
-        ts = np.fromiter([e.ts for e in kept], np.float64, n)
-        dur = np.fromiter([e.dur for e in kept], np.float64, n)
-        good = (np.abs(ts) <= MAX_TIME_US) & (dur >= 0) & (dur <= MAX_TIME_US)  # False for NaN and infinities too
-        if not good.all():  # rare: count them, keep the others
-            for i in np.flatnonzero(~good):
-                e = kept[i]
-                why = "a negative duration" if e.dur < 0 else f"beyond +-{MAX_TIME_US:.0e} us"
-                stats.note_malformed(f"{e.name!r} at ts={e.ts!r} us, dur={e.dur!r} us: {why}")
-            kept = [e for e, ok in zip(kept, good.tolist()) if ok]
-            ts, dur, n = ts[good], dur[good], len(kept)
-            if not kept:
-                return
-        names, cats, tracks = self.names, self.cats, self.tracks
-        self.ts.append(ts)
-        self.dur.append(dur)
-        self.name_id.append(np.fromiter([names.setdefault(e.name, len(names)) for e in kept], np.int32, n))
-        self.cat_id.append(np.fromiter([cats.setdefault(e.cat, len(cats)) for e in kept], np.int32, n))
-        self.track_id.append(np.fromiter([tracks.setdefault((e.pid, e.tid), len(tracks)) for e in kept], np.int32, n))
-        self.ph.append(np.fromiter([_KEPT_PHASES[e.ph] for e in kept], np.uint8, n))
-        self.special.extend(
-            (self.count + int(i), bytes(kept[i].args)) for i in np.flatnonzero(self.ph[-1] == PH_COUNTER)
-        )
-        memory_id = names.get(MEMORY_EVENT)
-        if memory_id is not None:
-            self._add_memory(kept, np.flatnonzero(self.name_id[-1] == memory_id))
-        if keep_args:
-            # One blob per piece, NUL between events (a raw NUL cannot occur in JSON text), the pretty-printing
-            # newlines + indentation squeezed out (a raw newline cannot occur inside a JSON string either).
-            blob = _squeeze(b"\x00".join([e.args for e in kept]))
-            self.args_blob.append(blob)
-            self.args_len.append(np.flatnonzero(np.frombuffer(blob, np.uint8) == 0).astype(np.int64))
-        self.count += n
-
-    def _add_memory(self, kept: list[_Event], which: np.ndarray) -> None:
-        """Decode the args of this piece's [memory] events in one go into compact columns."""
-        if not len(which):
-            return
-        raws = [kept[i].args for i in which]
-        try:
-            decoded: list[_MemoryArgs | None] = list(
-                _decode_memory_list(b"[" + b",".join(r or b"{}" for r in raws) + b"]")
-            )
-        except msgspec.DecodeError:  # one bad among them: one by one
-            decoded = [_decode_memory_one(bytes(r)) for r in raws]
-        devices, mem = self.mem_devices, self.mem
-        for i, m in zip(which, decoded):
-            if m is None:
-                continue
-            mem["index"].append(self.count + int(i))
-            mem["ts"].append(kept[i].ts)
-            mem["allocated"].append(m.allocated)
-            mem["reserved"].append(m.reserved)
-            mem["device"].append(devices.setdefault(_memory_device(m.device_type, m.device_id), len(devices)))
-
-    def memory(self) -> MemoryColumns:
-        m = self.mem
-        return MemoryColumns(
-            np.array(m["index"], np.int64),
-            np.array(m["ts"], np.float64),
-            np.array(m["allocated"], np.int64),
-            np.array(m["reserved"], np.int64),
-            np.array(m["device"], np.int32),
-            list(self.mem_devices),
-        )
-
-    def _pair(self, e: _Event, stats: ParseStats) -> _Event | None:
-        """Turn a matching "B"/"E" pair on one thread into a complete ("X") event."""
-        if e.ts != e.ts:
-            stats.note_malformed(msgspec.json.encode(e))
-            return None
-        stack = self.open_spans.setdefault((e.pid, e.tid), [])
-        if e.ph == "B":
-            stack.append(e)
-            return None
-        if not stack:
-            stats.unmatched += 1
-            return None
-        begin = stack.pop()
-        return _Event("X", begin.name, begin.cat, begin.ts, e.ts - begin.ts, begin.pid, begin.tid, begin.args)
-
-
-class ArgsStore:
-    """The raw JSON ``args`` of every event, packed in one blob per parsed piece; decoded one event at a time."""
-
-    def __init__(self, blobs: list[bytes], separators: list[np.ndarray]) -> None:
-        self._blobs = blobs
-        self._seps = separators  # NUL positions: event k of a piece spans (sep[k-1] + 1, sep[k])
-        self._first = np.cumsum([0] + [len(s) + 1 for s in separators])
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(b) for b in self._blobs) + sum(s.nbytes for s in self._seps)
-
-    def raw(self, index: int) -> bytes:
-        piece = int(np.searchsorted(self._first, index, side="right")) - 1
-        if index < 0 or piece >= len(self._blobs):
-            raise IndexError(index)
-        local = index - int(self._first[piece])
-        seps = self._seps[piece]
-        start = int(seps[local - 1]) + 1 if local else 0
-        end = int(seps[local]) if local < len(seps) else len(self._blobs[piece])
-        return self._blobs[piece][start:end]
-
-    def get(self, index: int) -> dict[str, Any]:
-        raw = self.raw(index)
-        if not raw:
-            return {}
-        try:
-            value = _decode_any(raw)
-        except (msgspec.DecodeError, RecursionError):
-            return {}
-        return value if isinstance(value, dict) else {"value": value}
 
 
 @dataclass
@@ -341,60 +76,9 @@ class ParsedTrace:
     stats: ParseStats
 
 
-def is_gzip(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
-
-
-def _blocks(path: str, stats: ParseStats, block_size: int) -> Iterator[bytes]:
-    """The file's (decompressed) bytes in blocks; a gzip stream cut short or corrupt yields all it had."""
-    with open(path, "rb") as fh:
-        if not is_gzip(path):
-            while block := fh.read(block_size):
-                stats.bytes_read += len(block)
-                yield block
-            return
-        pending: list[bytes] = []  # decompressed output, handed on in blocks of about block_size
-        pending_size = 0
-        for out in _gunzip(fh, stats, lambda: stats.bytes_read + pending_size):  # noqa: B023 -- the size now, on purpose
-            pending.append(out)
-            pending_size += len(out)
-            if pending_size >= block_size:
-                stats.bytes_read += pending_size
-                yield b"".join(pending)
-                pending, pending_size = [], 0
-        if pending_size:
-            stats.bytes_read += pending_size
-            yield b"".join(pending)
-
-
-def _gunzip(fh: Any, stats: ParseStats, produced: Any) -> Iterator[bytes]:
-    """Decompressed pieces of a gzip file (concatenated members too), each at most about GZIP_FEED_SIZE x the
-    compression ratio; at a corrupt point, stops after noting zlib's error in `stats` (all output before it is kept)."""
-    unzip = zlib.decompressobj(wbits=31)
-    while read := fh.read(GZIP_READ_SIZE):
-        for at in range(0, len(read), GZIP_FEED_SIZE):  # small feeds: a corruption loses at most one feed's output
-            chunk = read[at : at + GZIP_FEED_SIZE]
-            while chunk:
-                try:
-                    out = unzip.decompress(chunk)
-                except zlib.error as err:
-                    stats.gzip_error = f"{err} (after {produced():,} decompressed bytes)"
-                    stats.truncated = True
-                    return
-                if out:
-                    yield out
-                chunk = b""
-                if unzip.eof:  # the next member, if any, starts in what this one left
-                    chunk = unzip.unused_data
-                    unzip = zlib.decompressobj(wbits=31)
-    if not unzip.eof and unzip.unconsumed_tail == b"" and (tail := unzip.flush()):
-        yield tail
-
-
 class _Parser:
     def __init__(self, keep_args: bool, block_size: int) -> None:
-        self.cols = _Columns()
+        self.cols = EventColumns()
         self.stats = ParseStats()
         self.keep_args = keep_args
         self.block_size = block_size
@@ -406,12 +90,12 @@ class _Parser:
         Raises msgspec.DecodeError (with the byte offset) on a syntax error, RecursionError on absurd nesting.
         """
         try:
-            events = _decode_events(text)
+            events = decode_events(text)
         except msgspec.ValidationError:  # valid JSON up to here, some event of the wrong shape: one by one
             events = []
-            for raw in _decode_raws(text):
+            for raw in decode_raws(text):
                 try:
-                    events.append(_decode_event(raw))
+                    events.append(decode_event(raw))
                 except (msgspec.DecodeError, RecursionError):
                     self.stats.note_malformed(raw)
         self.cols.add(events, self.stats, self.keep_args)
@@ -522,12 +206,12 @@ class _Parser:
         nxt = _SPLIT.search(piece, after, b)
         following = piece[after : nxt.start() + 1 if nxt else b]
         try:
-            event = _decode_event(following)
+            event = decode_event(following)
         except msgspec.DecodeError as err:  # the last object of the top-level JSON: "{...}]}" after it
             if "trailing characters" not in str(err):
                 return None
             try:
-                event = _decode_event(following[: following.rindex(b"}", 0, _error_offset(err, len(following))) + 1])
+                event = decode_event(following[: following.rindex(b"}", 0, _error_offset(err, len(following))) + 1])
             except (msgspec.DecodeError, RecursionError, ValueError):
                 return None
         except RecursionError:
@@ -584,7 +268,7 @@ class _Parser:
         prefix = b""
         suffix: bytes | None = None  # the top-level JSON after the events array, once it has ended
         events_start = None
-        for block in _blocks(path, self.stats, self.block_size):
+        for block in read_blocks(path, self.stats, self.block_size):
             if suffix is not None:
                 suffix = self._grow_suffix(suffix, block)
                 continue
@@ -683,7 +367,7 @@ class _Parser:
         meta = []
         for e in cols.metadata:
             try:
-                args = _decode_any(e.args) if len(e.args) else {}
+                args = decode_any(e.args) if len(e.args) else {}
             except (msgspec.DecodeError, RecursionError):
                 args = {}
             meta.append({"name": e.name, "pid": e.pid, "tid": e.tid, "args": args})
@@ -708,14 +392,14 @@ class _Parser:
     def _decode_top_level(self, text: bytes, prefix: bytes) -> dict[str, Any]:
         """The trace object's keys other than its events; counts what follows the object (a second document)."""
         try:
-            value = _decode_any(text)
+            value = decode_any(text)
         except msgspec.DecodeError as err:
             if "trailing characters" not in str(err):
                 return _salvage_header(prefix)
             end = text.rindex(b"}", 0, _error_offset(err, len(text)) - 1) + 1  # msgspec: the byte after the first
             self.stats.trailing_bytes += len(text[end:].strip())
             try:
-                value = _decode_any(text[:end])
+                value = decode_any(text[:end])
             except (msgspec.DecodeError, RecursionError):
                 return _salvage_header(prefix)
         except RecursionError:
@@ -736,7 +420,7 @@ def _salvage_header(prefix: bytes) -> dict[str, Any]:
     """Top-level keys before the events when the rest of the object cannot be read (truncated file)."""
     text = prefix.rstrip().rstrip(b",") + b"}"
     try:
-        value = _decode_any(text)
+        value = decode_any(text)
         return value if isinstance(value, dict) else {}
     except (msgspec.DecodeError, RecursionError):
         return {}
