@@ -1,61 +1,31 @@
-"""The loaded trace: columns sorted by track and time, nesting, self time, and the summaries."""
+"""The loaded trace: columns sorted by track and time, nesting, self time, and the summaries.
+
+Its parts live beside it: tracks.py (the rows), steps.py (ProfilerStep#N), spans.py (nesting arithmetic), memory.py
+(the [memory] timeline), dtypes.py (op dtypes), files.py (finding traces); the names stay importable from here.
+"""
 
 from __future__ import annotations
 
 import html
 import os
-import re
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from hpu_nb.traces._parse import PH_COMPLETE, PH_COUNTER, ParsedTrace, parse_file
+from hpu_nb.traces.dtypes import DTYPE_KINDS, float_kind
+from hpu_nb.traces.files import find_trace, trace_files
 from hpu_nb.traces.load_warning import TraceLoadWarning
-from hpu_nb.traces.tables import Table, fmt_bytes, fmt_ns, shorten
+from hpu_nb.traces.memory import MemoryTimeline
+from hpu_nb.traces.spans import nesting, outermost_of_name, union_ns
+from hpu_nb.traces.steps import STEP_PATTERN, Step, Steps
+from hpu_nb.traces.tables import Table, fmt_ns
+from hpu_nb.traces.tracks import Track, make_tracks
 
-STEP_PATTERN = re.compile(r"^ProfilerStep#(\d+)$")
-_DEVICE_WORDS = ("hpu", "gpu", "device", "stream", "gaudi", "mme", "tpc", "dma")
-
-
-@dataclass(frozen=True)
-class Track:
-    """One timeline row group: a (process, thread) pair, a CPU thread or a device stream/engine."""
-
-    index: int
-    pid: Any
-    tid: Any
-    label: str
-    kind: str  # "cpu" or "device" or "other"
-    sort_key: tuple
-
-
-@dataclass(frozen=True)
-class Step:
-    """A ProfilerStep#N span."""
-
-    number: int
-    start_ns: int
-    end_ns: int
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-
-class Steps(list):
-    """The ProfilerStep#N spans of a trace, in time order (a list of Step with a readable repr)."""
-
-    def __repr__(self) -> str:
-        if not self:
-            return "Steps: none (the trace has no ProfilerStep#N spans)"
-        durs = np.array([s.duration_ns for s in self])
-        return (
-            f"Steps: {len(self)} (#{self[0].number}..#{self[-1].number}), "
-            f"mean {fmt_ns(durs.mean())}, min {fmt_ns(durs.min())}, max {fmt_ns(durs.max())}"
-        )
+__all__ = ["STEP_PATTERN", "MemoryTimeline", "Step", "Steps", "Trace", "TraceLoadWarning", "TraceSummary", "Track",
+           "find_trace", "load", "trace_files"]
 
 
 class Trace:
@@ -88,12 +58,13 @@ class Trace:
         self.track_id = parsed.track_id[order]
         self.ph = parsed.ph[order]
         parsed.name_id = parsed.cat_id = parsed.track_id = parsed.ph = None  # type: ignore[assignment]
-        self.tracks = _make_tracks(parsed.tracks, parsed.metadata_events)
+        self.tracks = make_tracks(parsed.tracks, parsed.metadata_events)
         self.track_bounds = np.searchsorted(self.track_id, np.arange(len(self.tracks) + 1))
-        self.depth, self.parent, self.self_ns = _nesting(self)
+        self.depth, self.parent, self.self_ns = nesting(self.ph, self.dur, self.end, self.track_id)
         self.steps = self._find_steps()
         self.op_mask = self.is_span & ~self._excluded_mask()  # spans that are ops (not step markers, not the window)
-        self.outermost = _outermost_of_name(self)  # no enclosing span of the same name: counts toward op totals
+        # spans with no enclosing span of the same name: they count toward op totals
+        self.outermost = outermost_of_name(self.is_span, self.parent, self.name_id)
 
     # -- basics -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -278,7 +249,7 @@ class Trace:
         for t in visible:
             lo, hi = self.track_bounds[t.index], self.track_bounds[t.index + 1]
             ops = self.op_mask[lo:hi]
-            busy = _union_ns(self.ts[lo:hi][ops], self.end[lo:hi][ops])
+            busy = union_ns(self.ts[lo:hi][ops], self.end[lo:hi][ops])
             rows.append([t.label, t.kind, int(ops.sum()), busy, 100.0 * busy / span])
         hidden = len(self.tracks) - len(visible)
         return Table(
@@ -333,7 +304,7 @@ class Trace:
                 types = self._args.get(int(self.order[i])).get("Input type")
                 if not isinstance(types, list):
                     continue
-                kind = _float_kind(types)
+                kind = float_kind(types)
                 if kind is not None:
                     row = counts.setdefault(self.names[int(self.name_id[i])], dict.fromkeys(DTYPE_KINDS, 0))
                     row[kind] += 1
@@ -379,61 +350,6 @@ class Trace:
         )
 
 
-class MemoryTimeline:
-    """Memory in use over time per device, from the profiler's [memory] events."""
-
-    def __init__(self, series: dict[str, np.ndarray], note: str = "") -> None:
-        self.series = series  # device -> rows of (t_ns, allocated, reserved)
-        self.note = note  # what the trace says about its device (e.g. that the Gaudi was emulated)
-
-    def __len__(self) -> int:
-        return sum(len(v) for v in self.series.values())
-
-    def peak(self, device: str | None = None) -> int:
-        keys = [device] if device else list(self.series)
-        return max((int(self.series[k][:, 1].max()) for k in keys if len(self.series[k])), default=0)
-
-    def table(self) -> Table:
-        rows = [
-            [dev, len(s), int(s[:, 1].max()), int(s[-1, 1]), int(s[:, 2].max())]
-            for dev, s in self.series.items()
-            if len(s)
-        ]
-        return Table(
-            "Memory ([memory] events)" + (f" ({self.note})" if self.note else ""),
-            ["device", "events", "peak allocated", "final allocated", "peak reserved"],
-            rows,
-            {"peak allocated": fmt_bytes, "final allocated": fmt_bytes, "peak reserved": fmt_bytes},
-            note="" if rows else "no [memory] events: profile with profile_memory=True to record them",
-        )
-
-    def svg(self, width: int = 360, height: int = 60) -> str:
-        """A tiny line chart of allocated bytes (one line per device), as inline SVG."""
-        parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'>"]
-        colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-        t_max = max((int(s[-1, 0]) for s in self.series.values() if len(s)), default=1) or 1
-        peak = max(self.peak(), 1)
-        for c, (dev, s) in enumerate(self.series.items()):
-            if not len(s):
-                continue
-            step = max(1, len(s) // width)
-            pts = " ".join(
-                f"{width * t / t_max:.1f},{height - 2 - (height - 4) * a / peak:.1f}" for t, a, _ in s[::step]
-            )
-            parts.append(
-                f"<polyline fill='none' stroke='{colours[c % 4]}' points='{pts}'>"
-                f"<title>{html.escape(dev)}</title></polyline>"
-            )
-        parts.append("</svg>")
-        return "".join(parts)
-
-    def __repr__(self) -> str:
-        return repr(self.table())
-
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_() + (self.svg() if len(self) else "")
-
-
 class TraceSummary:
     """The summary of one trace: top ops by self and total time, steps, tracks, gaps, memory."""
 
@@ -476,45 +392,9 @@ def _load_note(trace: Trace) -> str:
     return ("\n(" + "; ".join(notes) + ")") if notes else ""
 
 
-DTYPE_KINDS = ("bf16", "fp16", "fp8", "fp32", "fp64")
-_DTYPE_OF = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64"}
-
-
-def _float_kind(types: list) -> str | None:
-    kinds = {_DTYPE_OF.get(t) or ("fp8" if isinstance(t, str) and "Float8" in t else None) for t in types}
-    kinds.discard(None)
-    for kind in ("fp8", "bf16", "fp16", "fp32", "fp64"):
-        if kind in kinds:
-            return kind
-    return None
-
-
 def _note_suffix(trace: Trace) -> str:
     """' (emulated Gaudi, CPU activity only)' on every table of a trace recorded on the emulated Gaudi."""
     return f" ({trace.device_note})" if trace.device_note else ""
-
-
-def _union_ns(ts: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of intervals [ts, end) given in start order: overlaps are counted once."""
-    if not len(ts):
-        return 0
-    before = np.maximum.accumulate(end)  # the furthest any earlier interval reached
-    before = np.r_[ts[0], before[:-1]]
-    return int(np.maximum(end - np.maximum(ts, before), 0).sum())
-
-
-def _outermost_of_name(trace: Trace) -> np.ndarray:
-    """True for spans with no enclosing span of the same name (walks every ancestor chain, one level per pass)."""
-    outermost = trace.is_span.copy()
-    idx = np.flatnonzero(trace.parent >= 0)
-    anc = trace.parent[idx]
-    while len(idx):
-        same = trace.name_id[anc] == trace.name_id[idx]
-        outermost[idx[same]] = False
-        idx, anc = idx[~same], trace.parent[anc[~same]]
-        keep = anc >= 0
-        idx, anc = idx[keep], anc[keep]
-    return outermost
 
 
 def _decode_args(raw: bytes) -> dict[str, Any]:
@@ -525,98 +405,6 @@ def _decode_args(raw: bytes) -> dict[str, Any]:
     except msgspec.DecodeError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _nesting(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Depth, parent and self time of every span: a stack sweep done with vectorised pointer jumping.
-
-    Within a track, spans sorted by (start, -duration): the parent of span i is the nearest earlier
-    span that ends no earlier than i (it contains i). That is the "previous greater element" of the
-    end times, which a stack finds one event at a time; here every span starts with the candidate
-    i-1 and all spans jump together (candidate <- candidate's candidate) while the candidate ends
-    too early, so the sweep costs a few numpy passes, not a Python loop over a million events. It
-    also copes with spans that overlap without nesting (Lightning's [pl][profile] ranges): they get
-    the nearest span that truly contains them. Self time is the duration minus the children's.
-    Instants and zero-length events get depth -1 and no self time; 1 ns of slack absorbs rounding.
-    """
-    n = len(trace)
-    depth = np.full(n, -1, np.int32)
-    parent = np.full(n, -1, np.int64)
-    idx = np.flatnonzero((trace.ph == PH_COMPLETE) & (trace.dur > 0))
-    m = len(idx)
-    if m:
-        e = trace.end[idx]
-        trk = trace.track_id[idx]
-        cand = np.arange(-1, m - 1, dtype=np.int64)
-        cand[np.r_[True, trk[1:] != trk[:-1]]] = -1  # the first span of each track has no candidate
-        active = np.flatnonzero(cand >= 0)
-        while len(active):
-            c = cand[active]
-            too_early = e[c] < e[active] - 1
-            active = active[too_early]
-            cand[active] = cand[c[too_early]]
-            active = active[cand[active] >= 0]
-        d = np.zeros(m, np.int32)
-        has = np.flatnonzero(cand >= 0)
-        for _ in range(m):  # depth = parent's depth + 1; as many passes as the deepest nesting
-            nd = d[cand[has]] + 1
-            if np.array_equal(nd, d[has]):
-                break
-            d[has] = nd
-        depth[idx] = d
-        parent[idx[has]] = idx[cand[has]]
-    is_span = depth >= 0
-    self_ns = np.where(is_span, trace.dur, 0).astype(np.int64)
-    child = np.flatnonzero(parent >= 0)
-    if len(child):
-        self_ns -= np.bincount(parent[child], weights=trace.dur[child], minlength=n).astype(np.int64)
-    return depth, parent, np.maximum(self_ns, 0)
-
-
-def _make_tracks(keys: list[tuple[Any, Any]], meta: list[dict[str, Any]]) -> list[Track]:
-    proc_name: dict[Any, str] = {}
-    proc_label: dict[Any, str] = {}
-    proc_sort: dict[Any, Any] = {}
-    thread_name: dict[tuple[Any, Any], str] = {}
-    thread_sort: dict[tuple[Any, Any], Any] = {}
-    for m in meta:
-        args, pid, tid = m["args"], m["pid"], m["tid"]
-        if not isinstance(args, dict):
-            continue
-        if m["name"] == "process_name":
-            proc_name[pid] = str(args.get("name", ""))
-        elif m["name"] == "process_labels":
-            proc_label[pid] = str(args.get("labels", ""))
-        elif m["name"] == "process_sort_index":
-            proc_sort[pid] = args.get("sort_index", 0)
-        elif m["name"] == "thread_name":
-            thread_name[(pid, tid)] = str(args.get("name", ""))
-        elif m["name"] == "thread_sort_index":
-            thread_sort[(pid, tid)] = args.get("sort_index", 0)
-    tracks = []
-    for i, (pid, tid) in enumerate(keys):
-        pname = proc_name.get(pid, "")
-        plabel = proc_label.get(pid, "")
-        tname = thread_name.get((pid, tid), "")
-        proc = " ".join(x for x in (plabel or pname, str(pid)) if x)
-        label = f"{proc} / {tname or tid}" if (proc or tname or tid != "") else "(unnamed track)"
-        text = f"{pid} {tid} {pname} {plabel} {tname}".lower()
-        kind = "device" if any(w in text for w in _DEVICE_WORDS) else "cpu" if isinstance(tid, int) else "other"
-        sort_key = (
-            {"device": 0, "cpu": 1, "other": 2}[kind],
-            _num(proc_sort.get(pid, pid)),
-            _num(thread_sort.get((pid, tid), tid)),
-            i,
-        )
-        tracks.append(Track(i, pid, tid, shorten(label, 80), kind, sort_key))
-    return tracks
-
-
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float(abs(hash(str(value))) % 10**9)
 
 
 def load(path: str | os.PathLike, keep_args: bool = True) -> Trace:
@@ -646,54 +434,3 @@ def load(path: str | os.PathLike, keep_args: bool = True) -> Trace:
             stacklevel=2,
         )
     return trace
-
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
-
-
-def find_trace(path: str | os.PathLike) -> str:
-    """`path` itself unless it is a folder (the parser refuses what is not a regular file), else the newest Chrome
-    trace below the folder.
-
-    In a folder only regular *.json / *.json.gz files whose opening bytes hold a "traceEvents" key (or an event
-    array) count: an fp8 measurement, a config or a pipe named x.json is never taken for a trace.
-    """
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"no trace file or folder at {p!r}")
-    if not os.path.isdir(p):
-        return p
-    found = trace_files(p)
-    if not found:
-        raise FileNotFoundError(f"no Chrome trace (*.json or *.json.gz with \"traceEvents\") in folder {p!r}")
-    return found[0]
-
-
-def trace_files(folder: str | os.PathLike) -> list[str]:
-    """The Chrome traces below `folder`, newest first."""
-    found = []
-    for root, _dirs, files in os.walk(folder):
-        for f in files:
-            full = os.path.join(root, f)
-            if f.endswith((".json", ".json.gz")) and os.path.isfile(full) and _looks_like_chrome_trace(full):
-                found.append((os.path.getmtime(full), full))
-    return [f for _, f in sorted(found, reverse=True)]
-
-
-SNIFF_BYTES = 1 << 20
-
-
-def _looks_like_chrome_trace(path: str) -> bool:
-    """Does the file open like a Chrome trace? Reads at most SNIFF_BYTES (decompressed); never raises."""
-    import gzip
-
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(2)
-        opener = gzip.open if magic == b"\x1f\x8b" else open
-        with opener(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
-    except (OSError, EOFError):
-        return False
-    start = head.lstrip()[:1]
-    return b'"traceEvents"' in head or (start == b"[" and b'"ph"' in head)
