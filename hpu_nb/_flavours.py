@@ -1,13 +1,22 @@
 """hpu_nb.core for the standalone packages (`pytorch_lightning`, `lightning_fabric`), derived from the one source.
 
-`lightning` and `pytorch_lightning` ship the same code as two module trees with separate classes and registries (the
-`lightning` package is generated from `pytorch_lightning` by rewriting its imports). hpu_nb does the same, at import
-time: `hpu_nb._standalone.core.<module>` is `hpu_nb/core/<module>.py` compiled with `lightning.pytorch` read as
-`pytorch_lightning`, `lightning.fabric` as `lightning_fabric` and `hpu_nb.core` as `hpu_nb._standalone.core`. So every
-HPU piece is written once; the standalone flavour is only ever a mechanical translation of it (line numbers, and so
-tracebacks, point at the real file).
-"""
+`lightning.pytorch` and `pytorch_lightning` ship the same code as two module trees with separate classes and
+registries: Lightning writes `src/lightning/` once and builds the standalone packages from it by rewriting the imports
+(`lightning.pytorch` -> `pytorch_lightning`, `lightning.fabric` -> `lightning_fabric`; `create_mirror_package` in its
+`.actions/assistant.py`, run when a standalone wheel is built). hpu_nb applies the same rewrite, at import time:
+`hpu_nb._standalone.core.<module>` is `hpu_nb/core/<module>.py` compiled with `lightning.pytorch` read as
+`pytorch_lightning`, `lightning.fabric` as `lightning_fabric` and `hpu_nb.core` as `hpu_nb._standalone.core`.
 
+Why at import time and not at build time, as Lightning does: Lightning ships one wheel per package, each holding one
+tree; hpu_nb ships one wheel serving both flavours, so a build-time mirror would put a second, generated copy of every
+HPU class in the wheel and in every source checkout (`pip install -e .`, `make test`), to be kept in step with the
+first. Rewriting on import keeps one owner per class: the standalone flavour is only ever a mechanical reading of
+hpu_nb/core (same lines, so tracebacks and `inspect.getsource` point at the real file), built only when a standalone
+package is used. The cost is that the rewrite is textual: anything in hpu_nb/core that names Lightning in a form the
+rules below miss would load the other flavour (`import lightning as L`, `from lightning import ...`, a module name
+assembled from pieces). tests/test_flavours.py reads every translated module and fails on such a name, and checks
+that the shared modules core imports (runtime, traces, emulator) load no Lightning of either flavour.
+"""
 from __future__ import annotations
 
 import importlib
@@ -26,6 +35,9 @@ _RULES = (  # (pattern, replacement, flags); compiled on first translation, not 
     (r"\blightning\.pytorch\b", "pytorch_lightning", 0),
     (r"\blightning\.fabric\b", "lightning_fabric", 0),
     (r"\bhpu_nb\.core\b", f"{STANDALONE}.core", 0),
+    # the same names written as regular expressions (a warnings filter's `module=`): `lightning\.pytorch\.x`
+    (r"\blightning\\\.pytorch\b", "pytorch_lightning", 0),
+    (r"\blightning\\\.fabric\b", "lightning_fabric", 0),
     (r"^(\s*)import lightning$", r"\1import pytorch_lightning as lightning", re.MULTILINE),
 )
 
