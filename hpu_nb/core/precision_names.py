@@ -1,7 +1,7 @@
 """The precision names every HPU precision plugin reads: aliases, the float dtype of each, and the generation check.
 
-A leaf of the core package (it imports nothing of core): HPUPrecision / HPUPrecisionPlugin, the DeepSpeed and FSDP
-plugins, the fp8 conversion and the configuration widget all read their rules from here.
+A leaf of the core package (of core it imports only the rule validators): HPUPrecision / HPUPrecisionPlugin, the
+DeepSpeed and FSDP plugins, the fp8 conversion and the configuration widget all read their rules from here.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_warn
 
+from hpu_nb.core.precision_rules import generation_issues
 from hpu_nb.runtime import get_backend
 
 __all__ = [
@@ -94,11 +95,6 @@ def validate_precision(precision: Any, *, check_device: bool = True) -> str:
             f"{', '.join(PRECISION_CHOICES)}."
         )
     if check_device:
-        backend = get_backend()
-        check = {"16-mixed": backend.fp16_support, "fp8": backend.fp8_support}.get(unified)
-        if check is not None:
-            ok, reason = check()
-            if not ok:
-                hint = " Use precision='bf16-mixed' instead." if unified == "16-mixed" else ""
-                raise UnsupportedPrecisionError(f"precision={precision!r} cannot run here: {reason}{hint}")
+        for issue in generation_issues(unified, get_backend()):  # the one owner of the generation rule
+            raise UnsupportedPrecisionError(issue.message)
     return unified

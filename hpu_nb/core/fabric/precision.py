@@ -27,7 +27,7 @@ from hpu_nb.core.mixed_precision import autocast_context, loss_scaler, optimizer
 from hpu_nb.core.oplists import OpListSource, apply_op_lists, load_op_lists, shadowed_fp32_ops
 from hpu_nb.core.precision_names import validate_precision
 from hpu_nb.core.strategies.fsdp import HPUFSDPPrecision as TrainerFSDPPrecision
-from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin, validate_fsdp_precision
+from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
 
 __all__ = ["HPUFSDPPrecision", "HPUPrecision"]
 
@@ -154,8 +154,7 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
     """FSDP precision for Fabric on HPU: "32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true" (fp16: Gaudi2+)."""
 
     def __init__(self, precision: str | int = "32-true", device: str = "hpu", scaler: Any = None) -> None:
-        unified = validate_fsdp_precision(precision)
-        super().__init__(unified, scaler=loss_scaler(unified, scaler, sharded=True))  # type: ignore[arg-type]
+        self._init_fsdp_precision(precision, scaler)
         self.device = device
 
     @classmethod

@@ -8,6 +8,7 @@ precision autocasts on the backend's device type instead of "cuda".
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar
@@ -85,6 +86,16 @@ class HPUFSDPPrecisionMixin:
     """
 
     precision: str
+    scaler: Any
+
+    def _init_fsdp_precision(self, precision: str | int, scaler: Any) -> None:
+        """Lightning's FSDPPrecision set-up, with the loss scaler of "16-mixed" on "hpu": Lightning's own is CUDA's
+        (disabled here, with a warning) and a scaler given to it is dropped, so it is set after."""
+        unified = validate_fsdp_precision(precision)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*CUDA is not available", category=UserWarning)
+            super().__init__(unified)  # type: ignore[call-arg]
+        self.scaler = loss_scaler(unified, scaler, sharded=True)
 
     @property
     @override
@@ -106,8 +117,7 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
     """FSDP precision for HPU (Trainer): autocast on "hpu"; fp16 needs Gaudi2 or newer."""
 
     def __init__(self, precision: str | int = "32-true", scaler: Any = None) -> None:
-        unified = validate_fsdp_precision(precision)  # "16-mixed": a ShardedGradScaler on "hpu" (Lightning's is CUDA's)
-        super().__init__(unified, scaler=loss_scaler(unified, scaler, sharded=True))  # type: ignore[arg-type]
+        self._init_fsdp_precision(precision, scaler)
 
 
 class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
