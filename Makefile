@@ -59,7 +59,7 @@ $(STAMP): pyproject.toml Makefile
 	@# DeepSpeed, not inside a notebook.
 	@if $(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)"; then \
 		echo "building DeepSpeed's CPU Adam op into $(TORCH_EXTENSIONS_DIR) (once, a minute or two)"; \
-		$(PY) -m hpu_nb.emulator.hpu_device deepspeed-ops >/dev/null; \
+		$(PY) -m hpu_nb.core.strategies.deepspeed_ops >/dev/null; \
 	fi
 	@touch $(STAMP)
 

@@ -330,6 +330,26 @@ def test_the_chart_outliving_the_run_keeps_neither_model_nor_trainer() -> None:
     assert gone_model() is None and gone_trainer() is None
 
 
+def test_a_finished_monitor_nobody_keeps_is_collected_while_its_chart_lives_on() -> None:
+    """The chart reaches its monitor through a weakref.proxy (as tqdm.notebook): no chart-callback cycle keeps it."""
+    import gc
+    import weakref
+
+    from ipywidgets import Widget
+
+    monitor = MemoryMonitor(update_interval=0, auto_display=False)
+    _fit(monitor, batches=2)
+    chart = monitor.chart
+    assert chart is not None and monitor.status == "done"
+    gone = weakref.ref(monitor)
+    del monitor
+    gc.collect()
+    assert gone() is None
+    assert chart.model_id in Widget.widgets  # ipywidgets still holds the chart, as in a notebook
+    chart._handle_custom_msg({"type": "sync"}, [])  # a view asking for the history afterwards: dropped, no error
+    chart.close()
+
+
 def test_ranks_memory_is_gathered_every_logged_step() -> None:
     import torch
 

@@ -20,152 +20,58 @@ monitor, which draws them live and keeps the same history and summary as a scrip
 Out of memory: the figures of the chart, the message and the counter table all come from one record (`monitor.oom`),
 read from the error itself (its `in_use` / `requested` / `limit` attributes, else its message).
 
-The chart is hand-written SVG in `static/training_chart.js` (shipped in the package: no CDN). bqplot would work
-offline too, but it re-sends whole arrays on every update (no deltas, no binary buffers) and would add a dependency
-for three small line charts.
+This module holds the callback; its parts live in hpu_nb.notebook.memory (history, packing, oom, chart_widget, summary,
+svg, relay) and their names stay importable from here.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import multiprocessing
 import os
-import re
-import statistics
-import threading
 import time
 import uuid
 import warnings
-from array import array
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
-import anywidget
-import traitlets
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from hpu_nb.notebook.memory.chart_widget import STATIC, TrainingChart
+from hpu_nb.notebook.memory.history import (
+    BATCHES,
+    EPOCH,
+    FIELDS,
+    IN_USE,
+    LIMIT,
+    LOSS,
+    MAX_IN_USE,
+    NAN,
+    SAMPLES,
+    SECONDS,
+    STAGE,
+    STAGES,
+    ChartHistory,
+    X,
+    as_float,
+)
+from hpu_nb.notebook.memory.oom import oom_figures
+from hpu_nb.notebook.memory.packing import pack_points, unpack_points
+from hpu_nb.notebook.memory.relay import WorkerRelay
+from hpu_nb.notebook.memory.summary import TrainingSummary
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.runtime import is_out_of_memory
-from hpu_nb.runtime.env import format_bytes
 
-STATIC = Path(__file__).parent / "static"
-STAGES = ("train", "validate", "sanity_check", "test", "predict")
+__all__ = ["BATCHES", "EPOCH", "FIELDS", "IN_USE", "LIMIT", "LOG_PREFIX", "LOSS", "MAX_IN_USE", "SAMPLES", "SECONDS",
+           "STAGE", "STAGES", "STATIC", "X", "ChartHistory", "MemoryMonitor", "TrainingChart", "TrainingSummary",
+           "oom_figures", "pack_points", "unpack_points"]
+
 LOG_PREFIX = "DeviceStatsMonitor"  # logged keys match Lightning's DeviceStatsMonitor: DeviceStatsMonitor.<hook>/<key>
-# one sample: batch number, the three memory counters, stage index, epoch, loss (NaN when none), seconds since the
-# previous batch (NaN for the first), samples in the batch, training batches it stands for (merged samples: several)
-FIELDS = ("x", "Limit", "InUse", "MaxInUse", "stage", "epoch", "loss", "seconds", "samples", "batches")
-X, LIMIT, IN_USE, MAX_IN_USE, STAGE, EPOCH, LOSS, SECONDS, SAMPLES, BATCHES = range(len(FIELDS))
-NAN = float("nan")
 MAX_RANK_POINTS = 240  # per-rank samples kept (they come every log_every_n_steps)
 ALL_GATHER_DEPRECATED = r"torch\.distributed\.nn\.functional\.all_gather is deprecated"
-
-
-class ChartHistory:
-    """Bounded list of samples; halves itself when full, keeping the memory peak and the totals of time / samples."""
-
-    def __init__(self, max_points: int = 600) -> None:
-        if max_points < 4:
-            raise ValueError(f"max_points must be at least 4, got {max_points}.")
-        self.max_points = max_points
-        self.points: list[list[float]] = []
-        self.compactions = 0
-
-    def __len__(self) -> int:
-        return len(self.points)
-
-    def append(self, point: list[float]) -> bool:
-        """Add a sample; returns True when the history was downsampled (the front end then needs all of it)."""
-        self.points.append(point)
-        if len(self.points) <= self.max_points:
-            return False
-        pts = self.points
-        kept = [_merge(a, b) for a, b in zip(pts[0::2], pts[1::2])]
-        if len(pts) % 2:
-            kept.append(pts[-1])
-        self.points = kept
-        self.compactions += 1
-        return True
-
-    def clear(self) -> None:
-        self.points = []
-
-    @property
-    def peak(self) -> int:
-        return int(max((p[MAX_IN_USE] for p in self.points), default=0))
-
-
-def _merge(a: list[float], b: list[float]) -> list[float]:
-    """Two neighbouring samples as one: the higher memory point, the peak of both, mean loss, summed time / samples."""
-    merged = list(a if a[IN_USE] >= b[IN_USE] else b)
-    merged[MAX_IN_USE] = max(a[MAX_IN_USE], b[MAX_IN_USE])
-    merged[STAGE], merged[EPOCH] = b[STAGE], b[EPOCH]
-    losses = [v for v in (_as_float(a[LOSS]), _as_float(b[LOSS])) if not math.isnan(v)]
-    merged[LOSS] = sum(losses) / len(losses) if losses else NAN
-    timed = [p for p in (a, b) if not math.isnan(p[SECONDS])]
-    merged[SECONDS] = sum(p[SECONDS] for p in timed) if timed else NAN
-    merged[SAMPLES] = sum(p[SAMPLES] for p in timed)
-    merged[BATCHES] = sum(p[BATCHES] for p in timed)
-    return merged
-
-
-def pack_points(points: list[list[float]]) -> memoryview:
-    """Points as one binary buffer of float64 (exact for byte counts below 2**53): no per-number JSON work."""
-    flat = array("d")
-    for point in points:
-        flat.extend(point)
-    return memoryview(flat.tobytes())
-
-
-def unpack_points(buffer: Any) -> list[list[float]]:
-    """The inverse of pack_points (what the front end does with the buffer)."""
-    flat = array("d")
-    flat.frombytes(bytes(buffer))
-    n = len(FIELDS)
-    return [list(flat[i:i + n]) for i in range(0, len(flat), n)]
-
-
-def oom_figures(error: BaseException) -> dict[str, int | None]:
-    """in_use / requested / limit of an out-of-memory error: its attributes, else what its message says."""
-    message = str(error)
-    figures: dict[str, int | None] = {key: getattr(error, key, None) for key in ("in_use", "requested", "limit")}
-    if figures["requested"] is None:
-        figures["requested"] = _first_int(message, (r"size::(\d+)", r"allocate (\d+) bytes"))
-    if figures["limit"] is None:
-        figures["limit"] = _first_int(message, (r"of Limit (\d+) bytes",))
-    if figures["in_use"] is None:  # the emulated card says it exactly; a Gaudi's message does not
-        figures["in_use"] = _first_int(message, (r"InUse (\d+) of Limit",))
-    return figures
-
-
-def _first_int(message: str, patterns: tuple[str, ...]) -> int | None:
-    for pattern in patterns:
-        match = re.search(pattern, message)
-        if match:
-            return int(match.group(1))
-    return None
-
-
-class TrainingChart(anywidget.AnyWidget):
-    """The live view a MemoryMonitor owns: memory, loss and throughput over batches (JavaScript in static/)."""
-
-    _esm = STATIC / "training_chart.js"
-    _css = STATIC / "training_chart.css"
-
-    uid = traitlets.Unicode().tag(sync=True)
-    delta = traitlets.Dict().tag(sync=True)  # {"seq", "base", "reset", "points": pack_points([...FIELDS])}
-    current = traitlets.Dict().tag(sync=True)  # the latest counters (all ten)
-    ranks = traitlets.Dict().tag(sync=True)  # {"x": [...], "in_use": [[rank0, rank1, ...], ...], "max_in_use": [...]}
-    status = traitlets.Unicode("idle").tag(sync=True)  # idle | running | done | oom | error
-    stage = traitlets.Unicode("").tag(sync=True)
-    device_label = traitlets.Unicode("").tag(sync=True)
-    is_emulated = traitlets.Bool(False).tag(sync=True)
-    oom = traitlets.Dict().tag(sync=True)  # {"x", "in_use", "limit", "requested", "message", "stage"}
-    summary = traitlets.Unicode("").tag(sync=True)
-    stages = traitlets.List(list(STAGES)).tag(sync=True)
 
 
 class MemoryMonitor(Callback):
@@ -382,25 +288,25 @@ class MemoryMonitor(Callback):
         # uid and the first delta go with the widget's opening message: the front end keys its history by uid
         self.chart = TrainingChart(uid=uuid.uuid4().hex, device_label=self.device_label, is_emulated=self.is_emulated,
                                    delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])})
-        self.chart.on_msg(self._on_frontend_msg)
+        self.chart.on_msg(_frontend_handler(self))
 
     def _push(self, force: bool = False) -> None:
         """Send the new points and the current counters in one message."""
         if self._relayed:
             for point in self._relayed:
-                point[LOSS] = _as_float(point[LOSS])
+                point[LOSS] = as_float(point[LOSS])
             self._send_to_kernel("points", points=self._relayed, current=dict(self.current))
             self._relayed = []
         if not (force or self._pending or self._needs_reset):
             return
         self._last_push = time.monotonic()
         for point in self._pending:  # losses stay tensors until now: one device sync per push, not per batch
-            point[LOSS] = _as_float(point[LOSS])
+            point[LOSS] = as_float(point[LOSS])
         traits: dict[str, Any] = {"current": dict(self.current)}
         if self._pending or self._needs_reset:
             if self._needs_reset:
                 for point in self.history.points:
-                    point[LOSS] = _as_float(point[LOSS])
+                    point[LOSS] = as_float(point[LOSS])
             base = self._seq
             self._seq += 1
             points = self.history.points if self._needs_reset else self._pending
@@ -438,8 +344,9 @@ class MemoryMonitor(Callback):
     def _release_the_model(self) -> None:
         """Forget the `log` / `log_dict` Lightning attached (bound to the LightningModule, which holds its Trainer).
 
-        The chart outlives the run (ipywidgets keeps every live widget, and the widget reaches this monitor through
-        its message handler), so without this each training cell would keep its model, Trainer and device memory.
+        The chart outlives the run (ipywidgets keeps every live widget) but holds this monitor only through a
+        weakref.proxy (`_frontend_handler`), so a monitor nobody keeps is collected with its run. A monitor the notebook
+        keeps (`monitor = MemoryMonitor()`) would still hold the model, Trainer and device memory through these two.
         """
         for name in ("log", "log_dict"):  # Lightning's _CallbackConnector._attach_model_logging_functions
             vars(self).pop(name, None)
@@ -467,7 +374,7 @@ class MemoryMonitor(Callback):
             yield  # spawned workers inherit no pipe: they record, as before, and the kernel's monitor stays idle
             return
         receiving, self._relay = multiprocessing.Pipe(duplex=False)
-        relay = _WorkerRelay(self, receiving)
+        relay = WorkerRelay(self, receiving)
         self._worker_status, self.detached = None, None
         self._start_run("")
         self._push(force=True)
@@ -482,7 +389,7 @@ class MemoryMonitor(Callback):
         self._stop_relay(relay)
         self._finish(self._worker_status or "done")
 
-    def _stop_relay(self, relay: _WorkerRelay) -> None:
+    def _stop_relay(self, relay: WorkerRelay) -> None:
         sending, self._relay = self._relay, None
         relay.stop(sending)
 
@@ -562,254 +469,17 @@ class MemoryMonitor(Callback):
         return None if limit is None else limit - self.peak
 
 
-class _WorkerRelay:
-    """The kernel's end of the pipe from the workers' rank 0: a thread hands each message to the monitor while the
-    cell waits for the workers (the chart's updates are widget messages: any thread of the kernel may send them)."""
+def _frontend_handler(monitor: MemoryMonitor) -> Callable[[Any, Any, Any], None]:
+    """The chart's message handler: it reaches the monitor through a weakref.proxy, as tqdm.notebook's container
+    holds its bar, so the chart (kept by ipywidgets for as long as the kernel runs) does not keep the monitor alive.
+    A view's message after the monitor was collected is dropped."""
+    weak = weakref.proxy(monitor)
 
-    def __init__(self, monitor: MemoryMonitor, receiving: Any) -> None:
-        self.monitor, self.receiving = monitor, receiving
-        self.thread = threading.Thread(target=self._run, name="MemoryMonitor relay", daemon=True)
+    def handle(widget: Any, content: Any, buffers: Any) -> None:
+        with suppress(ReferenceError):
+            weak._on_frontend_msg(widget, content, buffers)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self, sending: Any) -> None:
-        """After the workers ended: everything they sent is read, then the thread ends on our own last message."""
-        try:
-            sending.send(("end", {}))
-        finally:
-            sending.close()
-        self.thread.join(timeout=30)
-        self.receiving.close()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                kind, message = self.receiving.recv()
-            except (EOFError, OSError):
-                return
-            if kind == "end":
-                return
-            try:
-                self.monitor._received(kind, message)
-            except Exception as err:
-                self.monitor._disable(f"following the workers failed: {type(err).__name__}: {err}")
-
-
-class TrainingSummary:
-    """Text, HTML and static SVG charts of a monitor's state: what stays in the output without a front end."""
-
-    def __init__(self, monitor: MemoryMonitor) -> None:
-        self.points = [[_as_float(v) for v in p] for p in monitor.history.points]
-        self.current = dict(monitor.current)
-        self.device_label = monitor.device_label
-        self.is_emulated = monitor.is_emulated
-        self.stage = monitor.stage
-        self.status = monitor.status
-        self.oom = dict(monitor.oom)
-        self.samples = monitor.samples
-        self.error = monitor.frontend_error
-        self.ranks = monitor.rank_history
-
-    @property
-    def limit(self) -> int | None:
-        if self.oom.get("limit"):
-            return int(self.oom["limit"])
-        return self.current.get("Limit") or (int(self.points[-1][LIMIT]) if self.points else None)
-
-    @property
-    def peak(self) -> int:
-        return int(max([p[MAX_IN_USE] for p in self.points] + [self.current.get("MaxInUse", 0)]))
-
-    def training(self) -> dict[str, float] | None:
-        """Loss and throughput of the training batches: first / last loss, median step time, samples/s, steps/s."""
-        train = [p for p in self.points if p[STAGE] == 0]
-        losses = [p[LOSS] for p in train if not math.isnan(p[LOSS])]
-        timed = [p for p in train if p[BATCHES] > 0 and p[SECONDS] > 0]
-        if not (losses or timed):
-            return None
-        out: dict[str, float] = {}
-        if losses:
-            out.update(first_loss=losses[0], last_loss=losses[-1])
-        if timed:
-            # per step (what the chart's throughput panel plots): each sample's own samples / seconds, the median;
-            # wall clock: all samples over all the time between training batch ends (slow steps weigh in)
-            out["step_time"] = statistics.median(p[SECONDS] / p[BATCHES] for p in timed)
-            out["step_samples_per_s"] = statistics.median(p[SAMPLES] / p[SECONDS] for p in timed)
-            total_s = sum(p[SECONDS] for p in timed)
-            out["wall_seconds"] = total_s
-            out["samples_per_s"] = sum(p[SAMPLES] for p in timed) / total_s
-            out["steps_per_s"] = sum(p[BATCHES] for p in timed) / total_s
-        return out
-
-    def lines(self) -> list[str]:
-        measured = " (emulated: CPU time and host memory)" if self.is_emulated else ""
-        head = f"MemoryMonitor — {self.device_label}"
-        if self.status == "idle" and not self.points:
-            return [head, "No samples yet: pass it to a Trainer as a callback (callbacks=[monitor]) and fit."]
-        lines = [f"{head} — {self.stage or 'run'}: {self.samples} batches sampled ({self.status})"]
-        if "InUse" not in self.current:
-            lines.append(f"This accelerator reports no HPU memory counters: {sorted(self.current)}")
-            return lines
-        limit, peak = self.limit or 0, self.peak
-        if self.oom:
-            needed = self.oom["in_use"] + (self.oom.get("requested") or 0)
-            lines.append(
-                f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: no headroom — the run "
-                f"needed at least {format_bytes(needed)}, {format_bytes(max(needed - limit, 0))} more than the Limit"
-            )
-        else:
-            pct = 100.0 * (limit - peak) / limit if limit else 0.0
-            lines.append(f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: "
-                         f"headroom {format_bytes(limit - peak)} ({pct:.1f}% free)")
-        shown = {k: v for k, v in self.current.items() if k not in ("Limit", "MaxInUse")}
-        if self.oom:
-            shown.pop("InUse", None)  # after an OOM the figure that counts is the one at the failure, below
-        lines.append("Now: " + ", ".join(
-            f"{k} {format_bytes(v) if k in ('InUse', 'MaxAllocSize') else v}" for k, v in shown.items()))
-        training = self.training()
-        if training:
-            parts = []
-            if "last_loss" in training:
-                parts.append(f"loss {training['first_loss']:.4g} -> {training['last_loss']:.4g}")
-            if "step_time" in training:
-                parts.append(f"per step (median, as the chart): {training['step_time'] * 1e3:.1f} ms, "
-                             f"{training['step_samples_per_s']:,.0f} samples/s; wall clock over "
-                             f"{training['wall_seconds']:.1f} s of training batches: {training['steps_per_s']:.1f} "
-                             f"steps/s, {training['samples_per_s']:,.0f} samples/s")
-            lines.append("Training: " + "; ".join(parts) + measured)
-        if self.ranks.get("x"):
-            last = self.ranks["in_use"][-1]
-            lines.append("Per rank InUse (last gathered): " + ", ".join(
-                f"rank {r} {format_bytes(v)}" for r, v in enumerate(last)))
-        if self.oom:
-            requested = self.oom.get("requested")
-            ask = f": tried to allocate {format_bytes(requested)}" if requested else ""
-            lines.append(
-                f"OUT OF MEMORY at batch {self.oom['x']} ({self.oom.get('stage', '?')}): the Limit "
-                f"{format_bytes(limit)} was hit with {format_bytes(self.oom['in_use'])} in use{ask}."
-            )
-        if self.error:
-            lines.append(f"(live chart disabled after a widget error: {self.error}; training was not affected)")
-        return lines
-
-    def text(self) -> str:
-        return "\n".join(self.lines())
-
-    def memory_svg(self, width: int = 640, height: int = 170) -> str:
-        """InUse / MaxInUse (and Limit when in scale) vs batch, epoch marks, the OOM marker."""
-        if not self.points:
-            return ""
-        limit, peak = self.limit or 1, self.peak
-        top = max(peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0))
-        show_limit = bool(self.oom) or top >= 0.05 * limit
-        ymax = max(limit if show_limit else top, top, 1) * 1.08
-        plot = _Plot(self.points, width, height, ymax, self.oom.get("x", 0))
-        parts = plot.frame([(0, format_bytes(0)), (ymax / 1.08 / 2, format_bytes(ymax / 1.08 / 2)),
-                            (ymax / 1.08, format_bytes(ymax / 1.08))])
-        if show_limit:
-            parts.append(plot.line(LIMIT, "#d62728", 'stroke-dasharray="5,3"'))
-        else:
-            parts.append(f'<text x="{plot.left + 6}" y="{plot.top + 12}" fill="#d62728">Limit {format_bytes(limit)} '
-                         "(off scale)</text>")
-        parts += [plot.line(MAX_IN_USE, "#ff7f0e"), plot.line(IN_USE, "#1f77b4")]
-        if self.oom:
-            x, y0 = plot.sx(self.oom["x"]), plot.sy(self.oom["in_use"])
-            y1 = max(plot.sy(self.oom["in_use"] + (self.oom.get("requested") or 0)), plot.top)
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0:.1f}" y2="{y1:.1f}" stroke="#d62728" '
-                         'stroke-width="4"/>')
-            parts.append(f'<text x="{x - 4:.1f}" y="{plot.top + 12}" text-anchor="end" fill="#d62728" '
-                         'font-weight="bold">OOM</text>')
-        return "".join(parts) + "</svg>"
-
-    def loss_svg(self, width: int = 640, height: int = 120) -> str:
-        """The training loss vs batch (epoch marks), when the steps returned one."""
-        losses = [p[LOSS] for p in self.points if math.isfinite(p[LOSS])]  # an inf / nan loss is not drawn
-        if not losses:
-            return ""
-        low, high = min(losses), max(losses)
-        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
-        plot = _Plot(self.points, width, height, high + pad, 0, ymin=low - pad)
-        parts = plot.frame([(low, f"{low:.3g}"), (high, f"{high:.3g}")], label="loss")
-        return "".join(parts) + plot.line(LOSS, "#2ca02c") + "</svg>"
-
-    def rate_svg(self, width: int = 640, height: int = 100) -> str:
-        """Throughput per step (each timed training sample's samples / seconds), as the live chart's third panel."""
-        rated = [p[:SECONDS] + [p[SAMPLES] / p[SECONDS]] + p[SECONDS + 1:] if p[STAGE] == 0 and p[BATCHES] > 0
-                 and p[SECONDS] > 0 else p[:SECONDS] + [NAN] + p[SECONDS + 1:] for p in self.points]
-        rates = [p[SECONDS] for p in rated if math.isfinite(p[SECONDS])]
-        if not rates:
-            return ""
-        low, high = min(rates), max(rates)
-        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
-        plot = _Plot(rated, width, height, high + pad, 0, ymin=max(0.0, low - pad))
-        parts = plot.frame([(low, f"{low:,.0f}"), (high, f"{high:,.0f}")], label="throughput per step (samples/s)")
-        return "".join(parts) + plot.line(SECONDS, "#9467bd") + "</svg>"
-
-    def training_svg(self, width: int = 640) -> str:
-        """Loss and throughput per step as one picture of two stacked panels (as in the live chart)."""
-        loss, rate = self.loss_svg(width), self.rate_svg(width)
-        if not (loss and rate):
-            return loss or rate
-        inner = [svg[svg.index(">") + 1: -len("</svg>")] for svg in (loss, rate)]  # each without its <svg> tag
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="220" font-family="sans-serif" '
-                f'font-size="10">{inner[0]}<g transform="translate(0,120)">{inner[1]}</g></svg>')
-
-    def html(self) -> str:
-        lines = self.lines()
-        legend = ('<div style="font-size:11px"><span style="color:#1f77b4">━ InUse</span> '
-                  '<span style="color:#ff7f0e">━ MaxInUse</span> <span style="color:#d62728">┅ Limit</span> '
-                  '<span style="color:#2ca02c">━ training loss</span> '
-                  '<span style="color:#9467bd">━ samples/s per step</span> '
-                  '<span style="color:#999">┆ epoch</span></div>')
-        body = "<br>".join(html.escape(line) for line in lines[1:])
-        training = self.training_svg()
-        charts = self.memory_svg() + ("<br>" + training if training else "")
-        return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
-                f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
-
-
-class _Plot:
-    """Coordinates and frame of one static SVG chart over the batch axis."""
-
-    left, right, top, bottom = 70, 10, 10, 22
-
-    def __init__(self, points: list[list[float]], width: int, height: int, ymax: float, x_extra: float,
-                 ymin: float = 0.0) -> None:
-        self.points, self.width, self.height, self.ymax, self.ymin = points, width, height, ymax, ymin
-        self.w, self.h = width - self.left - self.right, height - self.top - self.bottom
-        self.x0 = points[0][X]
-        self.x1 = max(points[-1][X], x_extra, self.x0 + 1)
-
-    def sx(self, x: float) -> float:
-        return self.left + self.w * (x - self.x0) / (self.x1 - self.x0)
-
-    def sy(self, y: float) -> float:
-        return self.top + self.h * (1 - (y - self.ymin) / (self.ymax - self.ymin))
-
-    def frame(self, ticks: list[tuple[float, str]], label: str = "") -> list[str]:
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}" '
-                 f'font-family="sans-serif" font-size="10">',
-                 f'<rect x="{self.left}" y="{self.top}" width="{self.w}" height="{self.h}" fill="#fafafa" '
-                 'stroke="#ddd"/>']
-        for y, text in ticks:
-            parts.append(f'<text x="{self.left - 4}" y="{self.sy(y) + 3:.1f}" text-anchor="end">{html.escape(text)}'
-                         "</text>")
-        if label:
-            parts.append(f'<text x="{self.left + 4}" y="{self.top + 11}" fill="#555">{label}</text>')
-        parts.append(f'<text x="{self.left}" y="{self.height - 6}">batch {self.x0:g}</text>')
-        parts.append(f'<text x="{self.left + self.w}" y="{self.height - 6}" text-anchor="end">{self.x1:g}</text>')
-        for a, b in zip(self.points, self.points[1:]):
-            if b[EPOCH] != a[EPOCH]:
-                x = self.sx(b[X])
-                parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.top}" y2="{self.top + self.h}" '
-                             'stroke="#999" stroke-dasharray="2,3"/>')
-        return parts
-
-    def line(self, column: int, colour: str, dash: str = "") -> str:
-        pts = " ".join(f"{self.sx(p[X]):.1f},{self.sy(p[column]):.1f}" for p in self.points
-                       if math.isfinite(p[column]))
-        return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" {dash} points="{pts}"/>'
+    return handle
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -822,13 +492,6 @@ def _loss_of(outputs: Any) -> Any:
     if isinstance(outputs, (int, float)):
         return float(outputs)
     return NAN
-
-
-def _as_float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError):
-        return NAN
 
 
 def _size_of(batch: Any) -> int:

@@ -1,0 +1,7 @@
+"""The MemoryMonitor's parts, one job a module (the callback itself is hpu_nb.notebook.memory_monitor):
+
+history.py (the sample layout and the bounded history), packing.py (samples as one binary buffer for the front end),
+oom.py (the figures of an out-of-memory error), chart_widget.py (the live chart, an anywidget), summary.py (the text /
+HTML summary a saved notebook keeps), svg.py (the static SVG charts' frame), relay.py (forked workers' rank 0 to the
+kernel's monitor). Nothing is imported here eagerly.
+"""

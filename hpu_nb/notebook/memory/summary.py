@@ -1,0 +1,213 @@
+"""TrainingSummary: the text, HTML and static SVG charts of a monitor's state, what stays in the output without a
+front end (a saved notebook, a headless run)."""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+from typing import Any, Protocol
+
+from hpu_nb.notebook.memory.history import (
+    BATCHES,
+    IN_USE,
+    LIMIT,
+    LOSS,
+    MAX_IN_USE,
+    NAN,
+    SAMPLES,
+    SECONDS,
+    STAGE,
+    ChartHistory,
+    as_float,
+)
+from hpu_nb.notebook.memory.svg import SvgPlot
+from hpu_nb.runtime.env import format_bytes
+
+
+class MonitorState(Protocol):
+    """What a summary reads of a MemoryMonitor (its state after or during a run)."""
+
+    history: ChartHistory
+    current: dict[str, Any]
+    device_label: str
+    is_emulated: bool
+    stage: str
+    status: str
+    oom: dict[str, Any]
+    samples: int
+    frontend_error: str | None
+    rank_history: dict[str, list]
+
+
+class TrainingSummary:
+    """Text, HTML and static SVG charts of a monitor's state: what stays in the output without a front end."""
+
+    def __init__(self, monitor: MonitorState) -> None:
+        self.points = [[as_float(v) for v in p] for p in monitor.history.points]
+        self.current = dict(monitor.current)
+        self.device_label = monitor.device_label
+        self.is_emulated = monitor.is_emulated
+        self.stage = monitor.stage
+        self.status = monitor.status
+        self.oom = dict(monitor.oom)
+        self.samples = monitor.samples
+        self.error = monitor.frontend_error
+        self.ranks = monitor.rank_history
+
+    @property
+    def limit(self) -> int | None:
+        if self.oom.get("limit"):
+            return int(self.oom["limit"])
+        return self.current.get("Limit") or (int(self.points[-1][LIMIT]) if self.points else None)
+
+    @property
+    def peak(self) -> int:
+        return int(max([p[MAX_IN_USE] for p in self.points] + [self.current.get("MaxInUse", 0)]))
+
+    def training(self) -> dict[str, float] | None:
+        """Loss and throughput of the training batches: first / last loss, median step time, samples/s, steps/s."""
+        train = [p for p in self.points if p[STAGE] == 0]
+        losses = [p[LOSS] for p in train if not math.isnan(p[LOSS])]
+        timed = [p for p in train if p[BATCHES] > 0 and p[SECONDS] > 0]
+        if not (losses or timed):
+            return None
+        out: dict[str, float] = {}
+        if losses:
+            out.update(first_loss=losses[0], last_loss=losses[-1])
+        if timed:
+            # per step (what the chart's throughput panel plots): each sample's own samples / seconds, the median;
+            # wall clock: all samples over all the time between training batch ends (slow steps weigh in)
+            out["step_time"] = statistics.median(p[SECONDS] / p[BATCHES] for p in timed)
+            out["step_samples_per_s"] = statistics.median(p[SAMPLES] / p[SECONDS] for p in timed)
+            total_s = sum(p[SECONDS] for p in timed)
+            out["wall_seconds"] = total_s
+            out["samples_per_s"] = sum(p[SAMPLES] for p in timed) / total_s
+            out["steps_per_s"] = sum(p[BATCHES] for p in timed) / total_s
+        return out
+
+    def lines(self) -> list[str]:
+        measured = " (emulated: CPU time and host memory)" if self.is_emulated else ""
+        head = f"MemoryMonitor — {self.device_label}"
+        if self.status == "idle" and not self.points:
+            return [head, "No samples yet: pass it to a Trainer as a callback (callbacks=[monitor]) and fit."]
+        lines = [f"{head} — {self.stage or 'run'}: {self.samples} batches sampled ({self.status})"]
+        if "InUse" not in self.current:
+            lines.append(f"This accelerator reports no HPU memory counters: {sorted(self.current)}")
+            return lines
+        limit, peak = self.limit or 0, self.peak
+        if self.oom:
+            needed = self.oom["in_use"] + (self.oom.get("requested") or 0)
+            lines.append(
+                f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: no headroom — the run "
+                f"needed at least {format_bytes(needed)}, {format_bytes(max(needed - limit, 0))} more than the Limit"
+            )
+        else:
+            pct = 100.0 * (limit - peak) / limit if limit else 0.0
+            lines.append(f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: "
+                         f"headroom {format_bytes(limit - peak)} ({pct:.1f}% free)")
+        shown = {k: v for k, v in self.current.items() if k not in ("Limit", "MaxInUse")}
+        if self.oom:
+            shown.pop("InUse", None)  # after an OOM the figure that counts is the one at the failure, below
+        lines.append("Now: " + ", ".join(
+            f"{k} {format_bytes(v) if k in ('InUse', 'MaxAllocSize') else v}" for k, v in shown.items()))
+        training = self.training()
+        if training:
+            parts = []
+            if "last_loss" in training:
+                parts.append(f"loss {training['first_loss']:.4g} -> {training['last_loss']:.4g}")
+            if "step_time" in training:
+                parts.append(f"per step (median, as the chart): {training['step_time'] * 1e3:.1f} ms, "
+                             f"{training['step_samples_per_s']:,.0f} samples/s; wall clock over "
+                             f"{training['wall_seconds']:.1f} s of training batches: {training['steps_per_s']:.1f} "
+                             f"steps/s, {training['samples_per_s']:,.0f} samples/s")
+            lines.append("Training: " + "; ".join(parts) + measured)
+        if self.ranks.get("x"):
+            last = self.ranks["in_use"][-1]
+            lines.append("Per rank InUse (last gathered): " + ", ".join(
+                f"rank {r} {format_bytes(v)}" for r, v in enumerate(last)))
+        if self.oom:
+            requested = self.oom.get("requested")
+            ask = f": tried to allocate {format_bytes(requested)}" if requested else ""
+            lines.append(
+                f"OUT OF MEMORY at batch {self.oom['x']} ({self.oom.get('stage', '?')}): the Limit "
+                f"{format_bytes(limit)} was hit with {format_bytes(self.oom['in_use'])} in use{ask}."
+            )
+        if self.error:
+            lines.append(f"(live chart disabled after a widget error: {self.error}; training was not affected)")
+        return lines
+
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+    def memory_svg(self, width: int = 640, height: int = 170) -> str:
+        """InUse / MaxInUse (and Limit when in scale) vs batch, epoch marks, the OOM marker."""
+        if not self.points:
+            return ""
+        limit, peak = self.limit or 1, self.peak
+        top = max(peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0))
+        show_limit = bool(self.oom) or top >= 0.05 * limit
+        ymax = max(limit if show_limit else top, top, 1) * 1.08
+        plot = SvgPlot(self.points, width, height, ymax, self.oom.get("x", 0))
+        parts = plot.frame([(0, format_bytes(0)), (ymax / 1.08 / 2, format_bytes(ymax / 1.08 / 2)),
+                            (ymax / 1.08, format_bytes(ymax / 1.08))])
+        if show_limit:
+            parts.append(plot.line(LIMIT, "#d62728", 'stroke-dasharray="5,3"'))
+        else:
+            parts.append(f'<text x="{plot.left + 6}" y="{plot.top + 12}" fill="#d62728">Limit {format_bytes(limit)} '
+                         "(off scale)</text>")
+        parts += [plot.line(MAX_IN_USE, "#ff7f0e"), plot.line(IN_USE, "#1f77b4")]
+        if self.oom:
+            x, y0 = plot.sx(self.oom["x"]), plot.sy(self.oom["in_use"])
+            y1 = max(plot.sy(self.oom["in_use"] + (self.oom.get("requested") or 0)), plot.top)
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0:.1f}" y2="{y1:.1f}" stroke="#d62728" '
+                         'stroke-width="4"/>')
+            parts.append(f'<text x="{x - 4:.1f}" y="{plot.top + 12}" text-anchor="end" fill="#d62728" '
+                         'font-weight="bold">OOM</text>')
+        return "".join(parts) + "</svg>"
+
+    def loss_svg(self, width: int = 640, height: int = 120) -> str:
+        """The training loss vs batch (epoch marks), when the steps returned one."""
+        losses = [p[LOSS] for p in self.points if math.isfinite(p[LOSS])]  # an inf / nan loss is not drawn
+        if not losses:
+            return ""
+        low, high = min(losses), max(losses)
+        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+        plot = SvgPlot(self.points, width, height, high + pad, 0, ymin=low - pad)
+        parts = plot.frame([(low, f"{low:.3g}"), (high, f"{high:.3g}")], label="loss")
+        return "".join(parts) + plot.line(LOSS, "#2ca02c") + "</svg>"
+
+    def rate_svg(self, width: int = 640, height: int = 100) -> str:
+        """Throughput per step (each timed training sample's samples / seconds), as the live chart's third panel."""
+        rated = [p[:SECONDS] + [p[SAMPLES] / p[SECONDS]] + p[SECONDS + 1:] if p[STAGE] == 0 and p[BATCHES] > 0
+                 and p[SECONDS] > 0 else p[:SECONDS] + [NAN] + p[SECONDS + 1:] for p in self.points]
+        rates = [p[SECONDS] for p in rated if math.isfinite(p[SECONDS])]
+        if not rates:
+            return ""
+        low, high = min(rates), max(rates)
+        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
+        plot = SvgPlot(rated, width, height, high + pad, 0, ymin=max(0.0, low - pad))
+        parts = plot.frame([(low, f"{low:,.0f}"), (high, f"{high:,.0f}")], label="throughput per step (samples/s)")
+        return "".join(parts) + plot.line(SECONDS, "#9467bd") + "</svg>"
+
+    def training_svg(self, width: int = 640) -> str:
+        """Loss and throughput per step as one picture of two stacked panels (as in the live chart)."""
+        loss, rate = self.loss_svg(width), self.rate_svg(width)
+        if not (loss and rate):
+            return loss or rate
+        inner = [svg[svg.index(">") + 1: -len("</svg>")] for svg in (loss, rate)]  # each without its <svg> tag
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="220" font-family="sans-serif" '
+                f'font-size="10">{inner[0]}<g transform="translate(0,120)">{inner[1]}</g></svg>')
+
+    def html(self) -> str:
+        lines = self.lines()
+        legend = ('<div style="font-size:11px"><span style="color:#1f77b4">━ InUse</span> '
+                  '<span style="color:#ff7f0e">━ MaxInUse</span> <span style="color:#d62728">┅ Limit</span> '
+                  '<span style="color:#2ca02c">━ training loss</span> '
+                  '<span style="color:#9467bd">━ samples/s per step</span> '
+                  '<span style="color:#999">┆ epoch</span></div>')
+        body = "<br>".join(html.escape(line) for line in lines[1:])
+        training = self.training_svg()
+        charts = self.memory_svg() + ("<br>" + training if training else "")
+        return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
+                f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
