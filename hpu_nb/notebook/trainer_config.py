@@ -12,20 +12,22 @@ names a control it has disabled.
 
 from __future__ import annotations
 
-import functools
 import importlib
-import importlib.util
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from hpu_nb.core.issues import Issue
+from hpu_nb.core.precision_rules import fp8_quantize_issues, generation_issues
+from hpu_nb.core.strategies.deepspeed import ZERO_STAGES, deepspeed_issues
+from hpu_nb.core.strategies.fsdp import fsdp_issues
 from hpu_nb.runtime import get_backend
 
 ACCELERATORS = ("hpu", "HPUAccelerator()")
 STRATEGIES = ("auto", "single", "parallel", "ddp", "deepspeed", "fsdp")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8", "fp8-measure", "fp8-quantize")
 AUTOCAST_STYLES = ("plugin", "context", "decorator")
-DEEPSPEED_STAGES = (0, 1, 2, 3)
+DEEPSPEED_STAGES = ZERO_STAGES
 
 STRATEGY_LABELS = {
     "auto": "auto (single for 1 device, parallel for more)",
@@ -48,7 +50,6 @@ STRING_STRATEGIES = {"single": "hpu_single", "parallel": "hpu_parallel", "ddp": 
 MIXED = ("bf16-mixed", "16-mixed")
 FP8 = ("fp8", "fp8-measure", "fp8-quantize")
 FP8_INFERENCE = ("fp8-measure", "fp8-quantize")
-QUANTIZE_STRATEGIES = ("auto", "single", "deepspeed")  # one device; DeepSpeed quantizes after wrapping the model
 SETS_ITSELF = ("accelerator", "devices", "strategy", "precision", "plugins", "profiler", "callbacks")
 
 OpList = Sequence[str] | str | None  # op names, or the path of a LOWER_LIST-style file
@@ -61,16 +62,8 @@ HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedSt
                 "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
 
 
-@dataclass(frozen=True)
-class Issue:
-    """One validation finding, shown next to the field it concerns."""
-
-    level: str  # "error" or "warning"
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.level}: {self.field}: {self.message}"
+# the validators' arguments, by the field of this form that sets them (the rules themselves live in hpu_nb.core)
+VALIDATOR_FIELDS = {"stage": "deepspeed_stage", "deepspeed": "strategy"}
 
 
 class InvalidConfigError(ValueError):
@@ -150,33 +143,50 @@ class TrainerConfig:
 
     # -- validation ---------------------------------------------------------------------------------------------
     def issues(self) -> list[Issue]:
-        """Every error and warning for the current choices (cheap: runs on each click). Errors name relevant fields."""
+        """Every error and warning for the current choices (cheap: runs on each click). Errors name relevant fields.
+
+        The configuration rules are hpu_nb.core's validators (the ones the strategies and plugins raise with); this
+        form only maps its fields to their arguments, and adds what is about the form itself (its choices, `extra`)
+        or is advice for a notebook user (the op lists, the monitor, ZeRO-Offload's optimizer)."""
         out: list[Issue] = []
 
         def err(name: str, message: str) -> None:
-            out.append(Issue("error", name, message))
+            out.append(Issue(name, message, "error"))
 
         def warn(name: str, message: str) -> None:
-            out.append(Issue("warning", name, message))
+            out.append(Issue(name, message, "warning"))
 
         for name, choices in (("accelerator", ACCELERATORS), ("strategy", STRATEGIES), ("precision", PRECISIONS),
                               ("autocast", AUTOCAST_STYLES)):
             if getattr(self, name) not in choices:
                 err(name, f"{getattr(self, name)!r} is not one of: {', '.join(map(repr, choices))}.")
-        if self.deepspeed_stage not in DEEPSPEED_STAGES:
-            err("deepspeed_stage", f"DeepSpeed ZeRO has stages 0, 1, 2 and 3, not {self.deepspeed_stage!r}.")
         if out:
             return out
         backend = get_backend()
-        gen = backend.generation()
         self._check_devices(backend, err)
-        self._check_strategy(backend, gen, err, warn)
-        self._check_precision(gen, err, warn)
+        self._check_strategy(err, warn)
+        out += self._core_issues(backend)
+        self._check_advice(warn)
         self._check_op_lists(err, warn)
         for key in self.extra:
             if key in SETS_ITSELF:
                 err("extra", f"{key!r} is set by the form; remove it from extra.")
         return out
+
+    def _core_issues(self, backend: Any) -> list[Issue]:
+        """The core validators' issues for these choices, named by this form's fields."""
+        found: list[Issue] = []
+        devices = self.devices if isinstance(self.devices, int) and not isinstance(self.devices, bool) else 1
+        if self.strategy == "deepspeed":
+            found += deepspeed_issues(stage=self.deepspeed_stage, offload_optimizer=self.offloads,
+                                      fp8_inference=self.precision in FP8_INFERENCE,
+                                      precision=self.trainer_precision, backend=backend, check_installed=True)
+        if self.strategy == "fsdp":
+            found += fsdp_issues(backend=backend, precision="fp8" if self.precision in FP8 else None)
+        found += generation_issues("fp8" if self.precision in FP8 else self.precision, backend)
+        if self.precision == "fp8-quantize":
+            found += fp8_quantize_issues(self.strategy, devices)
+        return [replace(issue, field=VALIDATOR_FIELDS.get(issue.field, issue.field)) for issue in found]
 
     def _check_devices(self, backend: Any, err: Any) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
@@ -188,57 +198,29 @@ class TrainerConfig:
             err("devices", f"{self.devices} devices asked for, but only {available} are available "
                            f"({backend.describe()}).{hint}")
 
-    def _check_strategy(self, backend: Any, gen: Any, err: Any, warn: Any) -> None:
+    def _check_strategy(self, err: Any, warn: Any) -> None:
         devices = self.devices if isinstance(self.devices, int) else 1
         if self.strategy == "single" and devices > 1:
             err("strategy", f"the single-device strategy runs on one HPU; choose parallel / DDP for {devices} devices.")
         if self.strategy in ("parallel", "ddp", "deepspeed", "fsdp") and devices == 1:
             warn("strategy", "one device: this strategy runs a single process; 'single' does the same with less "
                              "set-up.")
-        if self.strategy == "deepspeed":
-            if importlib.util.find_spec("deepspeed") is None:
-                err("strategy", "DeepSpeed is not installed: pip install 'hpu_nb[deepspeed]' (on a Gaudi, Habana's "
-                                "DeepSpeed fork).")
-            elif self.trainer_precision == "16-mixed" and not _deepspeed_supports_fp16():
-                err("precision", "16-mixed with DeepSpeed: this DeepSpeed's accelerator has no fp16 "
-                                 f"({_deepspeed_accelerator_name()}); choose bf16-mixed.")
-            if self.deepspeed_stage == 3 and gen.key == "gaudi2":
-                release = backend.release()  # the rule is the release's, not the card's: 1.19 brought ZeRO-3
-                if release is None or (release.major, release.minor) < (1, 19):
-                    known = f"this is {release}" if release is not None else "this release could not be told"
-                    warn("deepspeed_stage", f"ZeRO-3 on Gaudi2 needs SynapseAI 1.19 or newer ({known}).")
-            if self.offloads:
-                warn("offload_optimizer", "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own "
-                                          "DeepSpeedCPUAdam (it refuses a torch optimizer): return it from your "
-                                          "LightningModule's configure_optimizers (the snippet in the code). Its C++ "
-                                          "op compiles on first use (about 2 minutes; cached afterwards).")
-        if self.strategy == "fsdp" and backend.is_lazy():
-            err("strategy", "FSDP runs in eager mode only: set PT_HPU_LAZY_MODE=0 in the environment before Python "
-                            "starts (for a notebook: in the kernel's environment), then restart the kernel.")
+
+    def _check_advice(self, warn: Any) -> None:
+        """What a notebook user should know about these choices (none of it refuses them)."""
+        devices = self.devices if isinstance(self.devices, int) else 1
+        if self.offloads:
+            warn("offload_optimizer", "ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own "
+                                      "DeepSpeedCPUAdam (it refuses a torch optimizer): return it from your "
+                                      "LightningModule's configure_optimizers (the snippet in the code). Its C++ "
+                                      "op compiles on first use (about 2 minutes; cached afterwards).")
         if self.monitor and devices > 1:
             warn("monitor", "with several devices the chart shows every rank's memory as it reaches rank 0 at the "
                             "end of each logged step; the live counters are rank 0's.")
-
-    def _check_precision(self, gen: Any, err: Any, warn: Any) -> None:
-        if self.precision == "16-mixed" and not gen.supports_fp16:
-            err("precision", f"fp16 is not supported on {gen.device_name}: it needs Gaudi2 or newer. Use bf16-mixed.")
-        if self.precision in FP8:
-            if not gen.supports_fp8:
-                err("precision", f"fp8 is not supported on {gen.device_name}: it needs Gaudi2 or newer.")
-            if self.strategy == "fsdp":
-                err("precision", "fp8 is not available with the fsdp strategy here; use single, parallel / DDP or "
-                                 "DeepSpeed.")
-            if self.precision in FP8_INFERENCE and self.strategy == "deepspeed" and self.deepspeed_stage == 3:
-                err("deepspeed_stage", "fp8 inference reads and quantizes whole weights, and ZeRO-3 partitions them: "
-                                       "choose ZeRO-0, 1 or 2 (the stage only matters for training).")
-            if self.precision == "fp8-quantize" and (self.strategy not in QUANTIZE_STRATEGIES or self.devices != 1):
-                err("precision", "quantized fp8 inference runs on one device: DDP would broadcast the fp8 weights, "
-                                 "which its collectives cannot carry. Choose 1 device and strategy auto, single or "
-                                 "DeepSpeed.")
-            if self.precision == "fp8-quantize":
-                warn("precision", "quantize after measuring: the measurement run must have ended (its predict or "
-                                  "test writes them), and the model quantized is a fresh one with the same weights; "
-                                  f"the measurements are read from {self._fp8_dir_text}.")
+        if self.precision == "fp8-quantize":
+            warn("precision", "quantize after measuring: the measurement run must have ended (its predict or "
+                              "test writes them), and the model quantized is a fresh one with the same weights; "
+                              f"the measurements are read from {self._fp8_dir_text}.")
         if self.relevant("autocast") and self.autocast != "plugin" and self.strategy in ("deepspeed", "fsdp"):
             warn("autocast", f"{self.strategy} manages precision itself; autocast in your own code is on top of it.")
 
@@ -263,11 +245,11 @@ class TrainerConfig:
 
     @property
     def errors(self) -> list[Issue]:
-        return [i for i in self.issues() if i.level == "error"]
+        return [i for i in self.issues() if i.is_error]
 
     @property
     def warnings(self) -> list[Issue]:
-        return [i for i in self.issues() if i.level == "warning"]
+        return [i for i in self.issues() if not i.is_error]
 
     def check(self) -> None:
         """Raise InvalidConfigError listing every error (warnings do not raise)."""
@@ -453,25 +435,6 @@ class TrainerConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
-
-
-@functools.lru_cache(maxsize=1)
-def _deepspeed_accelerator() -> Any:
-    """DeepSpeed's accelerator, set up for this device (imports DeepSpeed once, only when its precision is asked)."""
-    from hpu_nb.core.strategies.deepspeed import require_deepspeed
-
-    require_deepspeed()
-    from deepspeed.accelerator import get_accelerator
-
-    return get_accelerator()
-
-
-def _deepspeed_supports_fp16() -> bool:
-    return bool(_deepspeed_accelerator().is_fp16_supported())
-
-
-def _deepspeed_accelerator_name() -> str:
-    return f"DeepSpeed's {_deepspeed_accelerator()._name!r} accelerator"
 
 
 # -- rendering and evaluating the plan -------------------------------------------------------------------------------
