@@ -37,8 +37,7 @@ class HPUAccelerator(Accelerator):
     @override
     def setup(self, trainer: Any) -> None:
         backend = get_backend()
-        where = f"emulated Gaudi ({backend.device_name()} on the CPU)" if backend.is_emulated else backend.device_name()
-        rank_zero_info(f"HPU available: True, using: {trainer.num_devices} x {where}")
+        rank_zero_info(f"HPU available: True, using: {trainer.num_devices} x {backend.device_name()} ({backend.kind})")
 
     @override
     def get_device_stats(self, device: _DEVICE = None) -> dict[str, Any]:
@@ -77,8 +76,7 @@ class HPUAccelerator(Accelerator):
     def get_device_name() -> str:
         """The generation's name, read without acquiring a card (safe in a launcher process, unlike Habana's
         get_device_name())."""
-        backend = get_backend()
-        return backend.device_name() + (" (emulated)" if backend.is_emulated else "")
+        return get_backend().device_label()
 
     @staticmethod
     def is_lazy() -> bool:

@@ -29,8 +29,7 @@ def hpu_device_line(trainer: Any) -> str:
     from hpu_nb.runtime import get_backend
 
     backend = get_backend()
-    kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
-    return f"HPU: using {trainer.num_devices} of {backend.device_count()} x {backend.device_name()} ({kind})"
+    return f"HPU: using {trainer.num_devices} of {backend.device_count()} x {backend.device_name()} ({backend.kind})"
 
 
 class HPUTrainerNoiseFilter(logging.Filter):
