@@ -80,6 +80,7 @@ test: setup browser lint
 
 lint: setup
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports  # the import contracts in .importlinter (which layer may import which)
 
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow" --durations=10 $(XDIST)
