@@ -449,6 +449,37 @@ def test_snapshot_is_static_html_after_the_live_chart() -> None:
     assert "(done)" in final["text/html"] and "<svg" in final["text/html"] and "<script" not in final["text/html"]
 
 
+def test_the_chart_displayed_alone_shows_its_snapshot_too() -> None:
+    """`display(monitor.chart)`: the live view, then the monitor's snapshot; once the monitor is gone, its text."""
+    import gc
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+
+    ip = InteractiveShell.instance()
+    published: list[dict] = []
+    ip.display_pub.publish = lambda data, metadata=None, transient=None, update=False, **kw: published.append(  # type: ignore[method-assign]
+        data)
+    try:
+        monitor = MemoryMonitor(update_interval=0, auto_display=False)
+        _fit(monitor, batches=3)
+        chart = monitor.chart
+        display(chart)
+        live, snapshot = published[-2:]
+        assert "application/vnd.jupyter.widget-view+json" in live
+        assert 'data-hpu-snapshot="MemoryMonitor"' in snapshot["text/html"] and "<svg" in snapshot["text/html"]
+        assert "Peak (MaxInUse)" in snapshot["text/plain"]
+        del monitor
+        gc.collect()
+        display(chart)
+        live, snapshot = published[-2:]
+        assert "application/vnd.jupyter.widget-view+json" in live
+        assert 'data-hpu-snapshot="MemoryMonitor"' in snapshot["text/html"] and "<svg" not in snapshot["text/html"]
+        assert "Peak (MaxInUse)" in snapshot["text/plain"]  # the summary the chart kept from the run's end
+    finally:
+        del ip.display_pub.publish
+
+
 def test_snapshot_draws_throughput_per_step_with_its_own_extremes() -> None:
     """The snapshot has the live chart's three panels; the throughput ticks are the lowest and highest step rates."""
     from hpu_nb.notebook.memory_monitor import STAGE, TrainingSummary

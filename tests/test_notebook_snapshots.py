@@ -25,6 +25,7 @@ trainer.fit(LinearModel(32), regression_data(n=64, features=32))""",
     "from hpu_nb.notebook.trace_viewer import TraceViewer\nTraceViewer(TRACE)",
     "cfg = hpu_nb.TrainerConfigWidget(precision='bf16-mixed')\ncfg",
     "_ = cfg.set(strategy='ddp', devices=2)",  # the snapshot follows the form
+    "monitor.chart",  # the chart displayed alone leaves the monitor's snapshot too
 ]
 KINDS = ("MemoryMonitor", "TraceViewer", "Trainer configuration")
 
@@ -89,3 +90,18 @@ def test_nbconvert_html_shows_every_snapshot(executed: nbformat.NotebookNode, wi
     assert "static snapshot" in body and "Peak (MaxInUse)" in body
     assert "model not found" not in body
 
+
+def test_the_chart_displayed_alone_leaves_the_monitors_snapshot(executed: nbformat.NotebookNode) -> None:
+    from nbconvert import HTMLExporter
+
+    outputs = [o for o in executed.cells[4].outputs if o.output_type == "display_data"]
+    views = [i for i, o in enumerate(outputs) if "application/vnd.jupyter.widget-view+json" in o.data]
+    assert len(views) == 1, outputs
+    after = outputs[views[0] + 1].data["text/html"]
+    assert 'data-hpu-snapshot="MemoryMonitor"' in after and "Peak (MaxInUse)" in after and "(done)" in after
+    assert after.count("<svg") >= 2 and "<script" not in after.lower()
+    alone = copy.deepcopy(executed)
+    alone.cells = [alone.cells[4]]
+    alone.metadata.pop("widgets", None)  # reopened without the kernel's widget state
+    body, _ = HTMLExporter().from_notebook_node(alone)
+    assert 'data-hpu-snapshot="MemoryMonitor"' in body and "Peak (MaxInUse)" in body and "static snapshot" in body

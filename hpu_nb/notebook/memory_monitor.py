@@ -34,7 +34,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
@@ -288,7 +288,8 @@ class MemoryMonitor(Callback):
         # uid and the first delta go with the widget's opening message: the front end keys its history by uid
         self.chart = TrainingChart(uid=uuid.uuid4().hex, device_label=self.device_label, is_emulated=self.is_emulated,
                                    delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])})
-        self.chart.on_msg(_frontend_handler(self))
+        self.chart.on_msg(_weakly(self, "_on_frontend_msg"))
+        self.chart.show_with_snapshot = _weakly(self, "_ipython_display_")
 
     def _push(self, force: bool = False) -> None:
         """Send the new points and the current counters in one message."""
@@ -345,7 +346,7 @@ class MemoryMonitor(Callback):
         """Forget the `log` / `log_dict` Lightning attached (bound to the LightningModule, which holds its Trainer).
 
         The chart outlives the run (ipywidgets keeps every live widget) but holds this monitor only through a
-        weakref.proxy (`_frontend_handler`), so a monitor nobody keeps is collected with its run. A monitor the notebook
+        weakref.proxy (`_weakly`), so a monitor nobody keeps is collected with its run. A monitor the notebook
         keeps (`monitor = MemoryMonitor()`) would still hold the model, Trainer and device memory through these two.
         """
         for name in ("log", "log_dict"):  # Lightning's _CallbackConnector._attach_model_logging_functions
@@ -469,17 +470,21 @@ class MemoryMonitor(Callback):
         return None if limit is None else limit - self.peak
 
 
-def _frontend_handler(monitor: MemoryMonitor) -> Callable[[Any, Any, Any], None]:
-    """The chart's message handler: it reaches the monitor through a weakref.proxy, as tqdm.notebook's container
-    holds its bar, so the chart (kept by ipywidgets for as long as the kernel runs) does not keep the monitor alive.
-    A view's message after the monitor was collected is dropped."""
+def _weakly(monitor: MemoryMonitor, method: str) -> Callable[..., bool]:
+    """`monitor.<method>(...)` through a weakref.proxy, for the chart's message handler and display (as tqdm.notebook's
+    container holds its bar): the chart, kept by ipywidgets for as long as the kernel runs, does not keep the monitor
+    alive. Returns False, doing nothing, once the monitor was collected."""
     weak = weakref.proxy(monitor)
 
-    def handle(widget: Any, content: Any, buffers: Any) -> None:
-        with suppress(ReferenceError):
-            weak._on_frontend_msg(widget, content, buffers)
+    def call(*args: Any) -> bool:
+        try:
+            bound = getattr(weak, method)
+        except ReferenceError:
+            return False
+        bound(*args)
+        return True
 
-    return handle
+    return call
 
 
 def _loss_of(outputs: Any) -> Any:

@@ -7,12 +7,16 @@ for three small line charts.
 
 from __future__ import annotations
 
+import html
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anywidget
 import traitlets
 
 from hpu_nb.notebook.memory.history import STAGES
+from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -34,3 +38,17 @@ class TrainingChart(anywidget.AnyWidget):
     oom = traitlets.Dict().tag(sync=True)  # {"x", "in_use", "limit", "requested", "message", "stage"}
     summary = traitlets.Unicode("").tag(sync=True)
     stages = traitlets.List(list(STAGES)).tag(sync=True)
+
+    def __init__(self, **traits: Any) -> None:
+        super().__init__(**traits)
+        # set by the owning MemoryMonitor: shows its live view + snapshot; False once the monitor is gone
+        self.show_with_snapshot: Callable[[], bool] | None = None
+
+    def _ipython_display_(self) -> None:
+        """Displayed alone (`monitor.chart`), the chart shows as its monitor does: the live view, then the snapshot a
+        saved notebook keeps (refreshed when the run ends). Without its monitor: the live view and the text summary."""
+        if self.show_with_snapshot is not None and self.show_with_snapshot():
+            return
+        text = self.summary or f"MemoryMonitor chart ({self.status}): no summary yet"
+        SnapshotDisplays().show(live_bundle(self, "MemoryMonitor live chart"),
+                                snapshot_bundle("MemoryMonitor", f"<pre>{html.escape(text)}</pre>", text))
