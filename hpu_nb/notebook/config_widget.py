@@ -71,8 +71,7 @@ class TrainerConfigWidget(w.VBox):
         self.panel = CodePanel(layout=w.Layout(flex="1 1 380px", min_width="380px", max_width="760px",
                                                overflow="hidden"))
         backend = get_backend()
-        kind = "emulated Gaudi on the CPU" if backend.is_emulated else "Intel Gaudi"
-        self.panel.backend_label = f"{kind}: {backend.device_count()} x {backend.device_name()}"
+        self.panel.backend_label = backend.describe()
         title = w.HTML(f"<b>{html.escape(self._title())}</b> — {html.escape(self.panel.backend_label)}")
         form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="560px"))
         body = w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start", flex_flow="row wrap",

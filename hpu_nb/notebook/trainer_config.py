@@ -404,7 +404,7 @@ class TrainerConfig:
         dtype = "torch.bfloat16" if self.precision == "bf16-mixed" else "torch.float16"
         backend = get_backend()
         device = backend.autocast_device_type
-        where = f"{'the emulated Gaudi' if backend.is_emulated else 'Gaudi'} autocasts on {device!r}"
+        where = f"{backend.kind} autocasts on {device!r}"
         call = f'torch.autocast(device_type="{device}", dtype={dtype})'
         how = {"context": "a torch.autocast context", "decorator": "the @torch.autocast decorator"}[self.autocast]
         lines = [f"# {self.precision} with {how} in your LightningModule "

@@ -211,11 +211,19 @@ class DeviceBackend(ABC):
             return f" {VISIBLE_MODULES_ENV} lists the cards this job may use: list more there, or ask for fewer."
         return ""
 
+    @property
+    def kind(self) -> str:
+        """What this backend is, in words: "emulated Gaudi on the CPU" or "Intel Gaudi" (every label says it)."""
+        return "emulated Gaudi on the CPU" if self.is_emulated else "Intel Gaudi"
+
+    def device_label(self, index: int = 0) -> str:
+        """The device's name, marked when emulated: "GAUDI2 (emulated)" or "GAUDI2"."""
+        return self.device_name(index) + (" (emulated)" if self.is_emulated else "")
+
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""
-        kind = "emulated Gaudi on the CPU" if self.is_emulated else "Intel Gaudi"
         tenant = ",".join(visible_modules())
-        return f"{kind}: {self.device_count()} x {self.device_name()}" + (
+        return f"{self.kind}: {self.device_count()} x {self.device_name()}" + (
             f" ({VISIBLE_MODULES_ENV}={tenant})" if tenant else "")
 
     def __repr__(self) -> str:
