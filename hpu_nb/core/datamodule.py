@@ -46,10 +46,10 @@ VAL_RESIZE = 256
 def habana_or_torch_loader() -> type:
     """The DataLoader class for this process's device: Habana's media loader on a Gaudi, torch's on the emulated one.
 
-    The one place this module asks which backend it runs on. The emulated Gaudi has no media engine, so torch's
-    DataLoader, given the same arguments, stands in for it.
+    Where the backend has no media engine (the emulated Gaudi), torch's DataLoader, given the same arguments, stands
+    in for it.
     """
-    if get_backend().is_emulated:
+    if not get_backend().has_media_engine:
         return DataLoader
     try:
         import habana_dataloader

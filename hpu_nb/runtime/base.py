@@ -220,6 +220,17 @@ class DeviceBackend(ABC):
         """The device's name, marked when emulated: "GAUDI2 (emulated)" or "GAUDI2"."""
         return self.device_name(index) + (" (emulated)" if self.is_emulated else "")
 
+    # -- what this backend can do (asked instead of "emulated or not?" by the layers above) --------------------------
+    @property
+    def has_media_engine(self) -> bool:
+        """Whether Habana's media loader (habana_dataloader) can run: a Gaudi's media engine; the emulation has none."""
+        return not self.is_emulated
+
+    @property
+    def records_hpu_activity(self) -> bool:
+        """Whether torch's profiler can record an HPU activity (Habana's profiler); the emulation records CPU only."""
+        return not self.is_emulated
+
     def describe(self) -> str:
         """One line saying what this backend is; the emulated one says so plainly."""
         tenant = ",".join(visible_modules())
