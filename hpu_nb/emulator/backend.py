@@ -123,7 +123,7 @@ class EmulatedBackend(DeviceBackend):
     def device_facts(self, timeout: float = 2.0) -> list[DeviceFacts]:
         """Every card of the emulated machine; memory in use is known for the card this process drives (hpu:0)."""
         stats = self.memory_stats()
-        name = f"{self.card.generation.device_name} (emulated)"
+        name = self.device_label()
         facts = [DeviceFacts(index=i, name=name, memory_total=self.card.memory_limit, memory_used=0, source="emulated")
                  for i in range(self.card.device_count)]
         facts[0].memory_used, facts[0].memory_peak = stats["InUse"], stats["MaxInUse"]

@@ -1,0 +1,261 @@
+"""Issue 22, part 1: every configuration rule has one owner, a validator returning issues in hpu_nb.core (release and
+generation facts in hpu_nb.runtime.generations), used by the strategy / plugin constructors and by the config widget.
+
+For each rule: a configuration that breaks it gives one Issue naming the field, one that keeps it gives none; the
+constructors raise / warn with the validator's own message; the widget shows it under its own field name; and the
+source tree defines each rule's message once.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from hpu_nb.core.issues import Issue
+from hpu_nb.core.precision_rules import fp8_quantize_issues, generation_issues
+from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy, deepspeed_issues
+from hpu_nb.core.strategies.fsdp import HPUFSDPPrecision, HPUFSDPStrategy, fsdp_issues
+from hpu_nb.notebook.trainer_config import TrainerConfig
+from hpu_nb.runtime import get_backend, reset_backend
+from hpu_nb.runtime.generations import GENERATIONS, Release, zero3_support
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hpu_nb"
+TODAY = Release(1, 21)
+
+
+class StubBackend:
+    """Just the facts a validator asks a backend for."""
+
+    def __init__(self, generation: str = "gaudi2", release: Release | None = TODAY, lazy: bool = False,
+                 emulated: bool = False) -> None:
+        self._generation = GENERATIONS[generation]
+        self._release = release
+        self._lazy = lazy
+        self.is_emulated = emulated
+
+    def generation(self) -> Any:
+        return self._generation
+
+    def release(self) -> Release | None:
+        return self._release
+
+    def is_lazy(self) -> bool:
+        return self._lazy
+
+    def fp16_support(self) -> tuple[bool, str]:
+        return self._generation.fp16_support()
+
+    def fp8_support(self) -> tuple[bool, str]:
+        return self._generation.fp8_support()
+
+
+def fields(issues: list[Issue]) -> list[tuple[str, str]]:
+    return [(issue.field, issue.severity) for issue in issues]
+
+
+# -- each rule: broken -> one issue naming the field; kept -> none ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("broken", "kept", "expected"),
+    [
+        ({"stage": 4}, {"stage": 3}, ("stage", "error")),
+        ({"stage": True}, {"stage": 0}, ("stage", "error")),
+        ({"stage": 2, "offload_parameters": True}, {"stage": 3, "offload_parameters": True},
+         ("offload_parameters", "error")),
+        ({"stage": 3, "zero_optimization": False, "offload_parameters": True},
+         {"stage": 3, "zero_optimization": True, "offload_parameters": True}, ("offload_parameters", "error")),
+        ({"stage": 0, "offload_optimizer": True}, {"stage": 1, "offload_optimizer": True},
+         ("offload_optimizer", "warning")),
+        ({"stage": 3, "fp8_inference": True}, {"stage": 2, "fp8_inference": True}, ("stage", "error")),
+        ({"stage": 3, "backend": StubBackend("gaudi2", Release(1, 18))},
+         {"stage": 3, "backend": StubBackend("gaudi2", Release(1, 19))}, ("stage", "warning")),
+        ({"stage": 3, "backend": StubBackend("gaudi2", None)},
+         {"stage": 3, "backend": StubBackend("gaudi3", Release(1, 18))}, ("stage", "warning")),
+    ],
+)
+def test_deepspeed_rules(broken: dict[str, Any], kept: dict[str, Any], expected: tuple[str, str]) -> None:
+    assert fields(deepspeed_issues(**broken)) == [expected]
+    assert deepspeed_issues(**kept) == []
+
+
+def test_deepspeed_missing_is_one_issue(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    assert deepspeed_issues(check_installed=True) == []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    (issue,) = deepspeed_issues(check_installed=True, precision="16-mixed")  # DeepSpeed's fp16 cannot be asked then
+    assert issue.field == "deepspeed" and "pip install 'hpu_nb[deepspeed]'" in issue.message
+
+
+def test_zero3_release_rule_is_the_release_s() -> None:
+    gaudi2, gaudi3 = GENERATIONS["gaudi2"], GENERATIONS["gaudi3"]
+    assert zero3_support(gaudi2, Release(1, 18)) == (False, "ZeRO-3 on Gaudi2 needs SynapseAI 1.19 or newer "
+                                                            "(this is 1.18).")
+    assert zero3_support(gaudi2, Release(1, 19)) == (True, "")
+    assert zero3_support(gaudi2, Release(2, 0)) == (True, "")
+    assert zero3_support(gaudi3, Release(1, 18)) == (True, "")
+    assert zero3_support(gaudi2, None)[0] is False and "could not be told" in zero3_support(gaudi2, None)[1]
+
+
+@pytest.mark.parametrize(
+    ("broken", "kept", "expected"),
+    [
+        ({"backend": StubBackend(lazy=True)}, {"backend": StubBackend(lazy=False)}, ("strategy", "error")),
+        ({"precision": "fp8"}, {"precision": "bf16-mixed"}, ("precision", "error")),
+        ({"precision": "fp8-quantize"}, {"precision": "16-true"}, ("precision", "error")),
+    ],
+)
+def test_fsdp_rules(broken: dict[str, Any], kept: dict[str, Any], expected: tuple[str, str]) -> None:
+    assert fields(fsdp_issues(**broken)) == [expected]
+    assert fsdp_issues(**kept) == []
+
+
+def test_fsdp_eager_rule_says_which_gaudi() -> None:
+    (emulated,) = fsdp_issues(backend=StubBackend(lazy=True, emulated=True))
+    (gaudi,) = fsdp_issues(backend=StubBackend(lazy=True, emulated=False))
+    assert "emulated Gaudi follows Gaudi's rule" in emulated.message and "this Gaudi is in lazy" in gaudi.message
+    assert "fp8 is not available with the fsdp strategy" in fsdp_issues(precision="fp8")[0].message
+
+
+@pytest.mark.parametrize("precision", ["16-mixed", "16-true", "fp8"])
+def test_generation_rules(precision: str) -> None:
+    (issue,) = generation_issues(precision, StubBackend("gaudi"))
+    assert issue.field == "precision" and "it needs Gaudi2 or newer" in issue.message and "GAUDI" in issue.message
+    assert generation_issues(precision, StubBackend("gaudi2")) == []
+    assert generation_issues(precision, StubBackend("gaudi3")) == []
+    assert generation_issues("bf16-mixed", StubBackend("gaudi")) == []
+
+
+@pytest.mark.parametrize(("strategy", "devices"), [("ddp", 1), ("parallel", 1), ("fsdp", 1), ("single", 2),
+                                                   ("deepspeed", 2), ("auto", 8)])
+def test_fp8_quantize_runs_on_one_device(strategy: str, devices: int) -> None:
+    assert fields(fp8_quantize_issues(strategy, devices)) == [("precision", "error")]
+
+
+@pytest.mark.parametrize("strategy", ["auto", "single", "deepspeed"])
+def test_fp8_quantize_on_one_device_is_kept(strategy: str) -> None:
+    assert fp8_quantize_issues(strategy, 1) == []
+
+
+# -- the constructors raise / warn with the validators' messages -----------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "rule"),
+    [
+        ({"stage": 4}, {"stage": 4}),
+        ({"stage": 2, "offload_parameters": True}, {"stage": 2, "offload_parameters": True}),
+        ({"config": {"zero_optimization": {"stage": 7}}}, {"stage": 7}),
+        ({"config": {"zero_optimization": {"stage": 1, "offload_param": {"device": "cpu"}}}},
+         {"stage": 1, "offload_parameters": True}),
+    ],
+)
+def test_deepspeed_strategy_raises_the_rule_s_message(kwargs: dict[str, Any], rule: dict[str, Any]) -> None:
+    (issue,) = deepspeed_issues(**rule)
+    with pytest.raises(MisconfigurationException) as raised:
+        HPUDeepSpeedStrategy(**kwargs)
+    assert str(raised.value) == issue.message
+
+
+def test_deepspeed_strategy_warns_the_release_rule_but_not_on_the_emulated_release(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 6: the emulated Gaudi (release 1.21) gets no ZeRO-3 warning; an old Gaudi2 release does."""
+    monkeypatch.setenv("HPU_NB_DEVICE", "gaudi2")
+    reset_backend()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            HPUDeepSpeedStrategy(stage=3)
+        assert not [w for w in caught if "SynapseAI" in str(w.message)]
+        monkeypatch.setattr(type(get_backend()), "release", lambda self: Release(1, 18))
+        with pytest.warns(UserWarning, match=r"ZeRO-3 on Gaudi2 needs SynapseAI 1\.19 or newer \(this is 1\.18\)"):
+            HPUDeepSpeedStrategy(stage=3)
+    finally:
+        monkeypatch.undo()
+        reset_backend()
+
+
+def test_fsdp_constructors_raise_the_rule_s_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError) as raised:
+        HPUFSDPPrecision("fp8")
+    assert str(raised.value) == fsdp_issues(precision="fp8")[0].message
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
+    reset_backend()
+    try:
+        with pytest.raises(MisconfigurationException) as refused:
+            HPUFSDPStrategy()
+        assert str(refused.value) == fsdp_issues(backend=get_backend())[0].message
+    finally:
+        monkeypatch.undo()
+        reset_backend()
+
+
+# -- the widget shows the same issues, under its own field names -------------------------------------------------------
+def test_widget_shows_the_validators_issues() -> None:
+    zero3 = TrainerConfig(strategy="deepspeed", deepspeed_stage=3, precision="fp8-measure", devices=2)
+    (stage_issue,) = deepspeed_issues(stage=3, fp8_inference=True)
+    assert [(i.field, i.message) for i in zero3.errors] == [("deepspeed_stage", stage_issue.message)]
+    fsdp = TrainerConfig(strategy="fsdp", precision="fp8", devices=2)
+    assert [(i.field, i.message) for i in fsdp.errors] == [("precision", fsdp_issues(precision="fp8")[0].message)]
+    quantize = TrainerConfig(precision="fp8-quantize", strategy="parallel", devices=2)
+    assert [(i.field, i.message) for i in quantize.errors] == [
+        ("precision", fp8_quantize_issues("parallel", 2)[0].message)]
+    assert TrainerConfig(strategy="deepspeed", deepspeed_stage=2, precision="fp8-measure", devices=2).errors == []
+
+
+# -- each rule's message is defined once in the source tree -----------------------------------------------------------
+RULE_TEXTS = (  # found inside one string literal of the package, no other
+    "DeepSpeed ZeRO has stages 0, 1, 2 and 3",  # ZeRO stage
+    "offload_parameters=True needs ZeRO stage 3",  # parameter offload
+    "the optimizer stays on the device",  # optimizer offload at stage 0
+    "ZeRO stage 3 partitions them",  # fp8 inference on ZeRO-3
+    "needs SynapseAI 1.19",  # ZeRO-3 on Gaudi2: a release rule
+    "DeepSpeed is not installed",
+    "accelerator has no fp16",  # 16-mixed with a DeepSpeed accelerator without fp16
+    "runs in eager mode only",  # FSDP
+    "fp8 is not available with the fsdp strategy",
+    "quantized fp8 inference runs on one device",
+    "it needs Gaudi2 or newer",  # fp16 / fp8: the generation's rule
+)
+LABELS = ("emulated Gaudi on the CPU", " (emulated)", "synDeviceGaudi2")  # string literals that are exactly these
+
+
+def _string_literals(tree: ast.AST) -> list[str]:
+    """The module's string literals (implicit concatenations joined, an f-string's text with {} for its fields),
+    docstrings left out."""
+    skip = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    skip |= {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    texts = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            texts.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            texts.append("".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values))
+    return texts
+
+
+def test_string_literals_are_read_whole() -> None:
+    tree = ast.parse('"""doc"""\nx = ("a b "\n     f"c {d} e")\ny = "f"\n')
+    assert _string_literals(tree) == ["a b c {} e", "f"]
+
+
+@pytest.fixture(scope="module")
+def literals() -> dict[str, list[str]]:
+    return {str(path.relative_to(PACKAGE.parent)): _string_literals(ast.parse(path.read_text(encoding="utf-8")))
+            for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("text", RULE_TEXTS)
+def test_each_rule_is_defined_once(literals: dict[str, list[str]], text: str) -> None:
+    places = [(path, literal) for path, found in literals.items() for literal in found if text in literal]
+    assert len(places) == 1, places
+
+
+@pytest.mark.parametrize("text", LABELS)
+def test_each_label_is_written_once(literals: dict[str, list[str]], text: str) -> None:
+    places = [path for path, found in literals.items() for literal in found if literal == text]
+    assert len(places) == 1, places
