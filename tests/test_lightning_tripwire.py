@@ -94,6 +94,17 @@ FINGERPRINTS = [
      "(fit_loop.epoch_loop._batches_that_stepped)"),
     ("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector.should_update_logs",
      "a60ba9e9cd0c62d9", "notebook/memory_monitor.MemoryMonitor._log: logs only on the steps Lightning logs on"),
+    ("lightning.pytorch.plugins.precision.amp", "MixedPrecision.optimizer_step", "63b0bee2018bdb88",
+     "precision.HPUPrecisionPlugin.optimizer_step: its loss-scaler steps, with the scaler on hpu (16-mixed)"),
+    ("lightning.fabric.plugins.precision.amp", "MixedPrecision.optimizer_step", "dbb71fcd9a178d0d",
+     "fabric/precision.HPUPrecision.optimizer_step: its loss-scaler steps, with the scaler on hpu (16-mixed)"),
+    ("lightning.fabric.plugins.precision.amp", "MixedPrecision.backward", "912ed8d9a7531cc7",
+     "fabric/precision.HPUPrecision.backward: scales the loss as it does"),
+    ("lightning.pytorch.plugins.precision.fsdp", "FSDPPrecision.__init__", "f5581bdb7f55f719",
+     "strategies/fsdp.HPUFSDPPrecisionMixin._init_fsdp_precision: calls it, then sets the scaler (Lightning's is "
+     "CUDA's, and a scaler given to it is dropped)"),
+    ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.__init__", "f5581bdb7f55f719",
+     "strategies/fsdp.HPUFSDPPrecisionMixin._init_fsdp_precision (Fabric's HPUFSDPPrecision): as above"),
 ]
 
 
@@ -218,6 +229,8 @@ PRIVATE_NAMES = [
     ("lightning.pytorch.strategies.fsdp", "FSDPStrategy", "_registered_strategies", "strategies/fsdp"),
     ("lightning.pytorch.strategies.fsdp", "FSDPStrategy", "_activation_checkpointing_kwargs",
      "strategies/fsdp._setup_model (copy)"),
+    ("lightning.pytorch.plugins.precision.precision", "Precision", "_after_closure",
+     "precision.HPUPrecisionPlugin.optimizer_step (16-mixed: on_before_optimizer_step and clipping after unscaling)"),
     ("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy", "_set_node_environment_variables",
      "strategies/deepspeed._init_deepspeed_distributed (copy)"),
     # `_timeout`: HPUParallelMixin makes it a property (strategy's timeout, else the env var, else 5 min); see below
