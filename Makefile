@@ -81,6 +81,7 @@ test: setup browser lint
 lint: setup
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports  # the import contracts in .importlinter (which layer may import which)
+	$(PY) -m mypy  # [tool.mypy] in pyproject.toml: strict on hpu_nb/core and hpu_nb/runtime
 
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow" --durations=10 $(XDIST)

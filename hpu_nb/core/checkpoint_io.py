@@ -61,7 +61,8 @@ class HPUCheckpointIO(TorchCheckpointIO):
         if map_location is None:
             map_location = get_backend().root_device()
         try:
-            return pl_load(path, map_location=map_location, weights_only=weights_only)
+            checkpoint: dict[str, Any] = pl_load(path, map_location=map_location, weights_only=weights_only)
+            return checkpoint
         except Exception as err:
             problem = _unreadable_reason(fs, path, err) if _is_local(fs) else None
             if problem is None:

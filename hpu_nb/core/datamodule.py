@@ -16,8 +16,8 @@ first-generation Gaudi, shuffles training folders itself); evaluation loaders pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sized
+from typing import Any, cast
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -60,7 +60,8 @@ def habana_or_torch_loader() -> type:
             " habana_frameworks (it ships with Gaudi's PyTorch software), or build your own DataLoaders without"
             " HPUDataModule."
         ) from err
-    return habana_dataloader.HabanaDataLoader
+    loader: type = habana_dataloader.HabanaDataLoader
+    return loader
 
 
 class HPUDataModule(LightningDataModule):
@@ -110,8 +111,8 @@ class HPUDataModule(LightningDataModule):
         drop_last: bool = True,
         distributed: bool = False,
         *,
-        train_dataset: Dataset | None = None,
-        val_dataset: Dataset | None = None,
+        train_dataset: Dataset[Any] | None = None,
+        val_dataset: Dataset[Any] | None = None,
     ) -> None:
         super().__init__()
         self.train_dir = train_dir
@@ -128,8 +129,8 @@ class HPUDataModule(LightningDataModule):
         self.distributed = distributed
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
-        self.dataset_train: Dataset | None = None
-        self.dataset_val: Dataset | None = None
+        self.dataset_train: Dataset[Any] | None = None
+        self.dataset_val: Dataset[Any] | None = None
         self.loader_class: type | None = None
 
     @override
@@ -153,7 +154,7 @@ class HPUDataModule(LightningDataModule):
         if self.distributed:
             sampler: Any = DistributedSampler(dataset, shuffle=True, seed=self.seed)
         else:
-            sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed))
+            sampler = RandomSampler(cast(Sized, dataset), generator=torch.Generator().manual_seed(self.seed))
         return self._loader(dataset, sampler, ordered=False)
 
     @override
@@ -169,10 +170,11 @@ class HPUDataModule(LightningDataModule):
     # -- internals ---------------------------------------------------------------------------------------------------
     def _eval_loader(self) -> Any:
         dataset = self._ready(self.dataset_val, "val")
-        sampler = DistributedSampler(dataset, shuffle=False) if self.distributed else SequentialSampler(dataset)
+        ordered = SequentialSampler(cast(Sized, dataset))  # _ready: a map-style dataset, which has __len__
+        sampler = DistributedSampler(dataset, shuffle=False) if self.distributed else ordered
         return self._loader(dataset, sampler, ordered=True)
 
-    def _loader(self, dataset: Dataset, sampler: Any, *, ordered: bool) -> Any:
+    def _loader(self, dataset: Dataset[Any], sampler: Any, *, ordered: bool) -> Any:
         """Both loaders take these keywords. `shuffle` is given (False) only for data read in order: Habana's media
         loader ignores the sampler and shuffles when the keyword is absent and the sampler shuffles."""
         assert self.loader_class is not None
@@ -184,7 +186,8 @@ class HPUDataModule(LightningDataModule):
             arguments["shuffle"] = False
         return self.loader_class(**arguments)
 
-    def _ready(self, dataset: Dataset | None, split: str) -> Dataset:
+    def _ready(self, dataset: Dataset[Any] | None, split: str) -> Dataset[Any]:
+        """The split's dataset, once `setup` built it: map-style, so Sized (`_dataset` refused the others)."""
         if dataset is None or self.loader_class is None:
             stage = "'fit'" if split == "train" else "'fit', 'validate' or 'test'"
             raise RuntimeError(f"HPUDataModule has no {split} data yet: call setup({stage}) first (the Trainer does).")
@@ -209,7 +212,7 @@ class HPUDataModule(LightningDataModule):
                 f"{HABANA_NUM_WORKERS}. Pass num_workers={HABANA_NUM_WORKERS}."
             )
 
-    def _dataset(self, split: str, dataset: Dataset | None, folder: str | None, transforms: Any) -> Dataset:
+    def _dataset(self, split: str, dataset: Dataset[Any] | None, folder: str | None, transforms: Any) -> Dataset[Any]:
         """The supplied dataset of this split, or an ImageFolder over its directory under the media loader's rules."""
         if dataset is not None:
             if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
@@ -235,7 +238,8 @@ class HPUDataModule(LightningDataModule):
                 " ImageNet folder. Pass drop_last=True (the plugin switched it on with a warning)."
             )
         datasets, transform_lib = _torchvision()
-        return datasets.ImageFolder(folder, self._compose(split, transforms, transform_lib))
+        image_folder: Dataset[Any] = datasets.ImageFolder(folder, self._compose(split, transforms, transform_lib))
+        return image_folder
 
     def _compose(self, split: str, transforms: Any, transform_lib: Any) -> Any:
         allowed_names = TRAIN_TRANSFORMS if split == "train" else VAL_TRANSFORMS

@@ -19,6 +19,9 @@ for one call and writes back every line but the named ones:
   for Fabric, whose loop is the user's, the DDP module's first forwards (`quiet_first_forwards`).
 - the profiler's kineto lines "USDT: ... profiler_start / profiler_stop" and "Warning: Optimizer.step#SGD.step
   (function operator())" (torch's profiler collection): around HPUProfiler's start / stop and the end of its recording.
+- c10's "CPUAllocator.cpp: Memory block of unknown size was allocated before the profiling started" (with
+  `profile_memory=True`, at the first free of a tensor made before the recording started; nothing the user can
+  change): HPUProfiler's first training batches (`OnceNativeMessage`, from `run_training_batch`'s start to its stop).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ PROFILER_NATIVE = (
     r"^USDT:.*\] profiler_(start|stop)\s*$",
     r"collection\.cpp:\d+\] Warning: Optimizer\.step#\w+\.step ",
 )
+CPU_ALLOCATOR_UNKNOWN_BLOCK = r"CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated before the profiling"
 
 
 @contextmanager
@@ -120,7 +124,7 @@ def native_stderr_without(*patterns: str) -> Iterator[list[str]]:
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            kept = []
+            kept: list[str] = []
             for line in captured.read().decode(errors="replace").splitlines(keepends=True):
                 (dropped if any(re.search(p, line) for p in patterns) else kept).append(line)
             if kept:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
-OpListSource = str | os.PathLike | Iterable[str] | None
+OpListSource = str | os.PathLike[str] | Iterable[str] | None
 
 
 class OpListError(ValueError):
@@ -115,7 +115,7 @@ def _warn_unknown_ops(entries: Iterable[OpEntry]) -> None:
 
 
 # -- reading -------------------------------------------------------------------------------------------------------
-def read_op_file(path: str | os.PathLike, *, what: str = "op list") -> tuple[OpEntry, ...]:
+def read_op_file(path: str | os.PathLike[str], *, what: str = "op list") -> tuple[OpEntry, ...]:
     """Op names in a Habana op-list file, each with its file:line; a file that cannot be a list is an error naming
     it."""
     p = Path(path).expanduser()

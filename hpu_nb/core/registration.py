@@ -16,6 +16,7 @@ import functools
 import importlib
 import inspect
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from hpu_nb.core import selection
@@ -68,10 +69,12 @@ def register_all() -> None:
 
     HPUAccelerator.register_accelerators(AcceleratorRegistry)
     HPUAccelerator.register_accelerators(FABRIC_ACCELERATORS)  # one accelerator class serves both
-    for strategy_cls in _strategy_classes(STRATEGY_MODULES, Strategy):
-        strategy_cls.register_strategies(StrategyRegistry)
-    for strategy_cls in _strategy_classes(FABRIC_STRATEGY_MODULES, FabricStrategy):
-        strategy_cls.register_strategies(FABRIC_STRATEGIES)
+    for trainer_strategy in _strategy_classes(STRATEGY_MODULES):
+        if issubclass(trainer_strategy, Strategy):
+            trainer_strategy.register_strategies(StrategyRegistry)
+    for fabric_strategy in _strategy_classes(FABRIC_STRATEGY_MODULES):
+        if issubclass(fabric_strategy, FabricStrategy):
+            fabric_strategy.register_strategies(FABRIC_STRATEGIES)
     _register_profiler()
     install_connector_hook()
     from hpu_nb.core.trainer_output import install as install_trainer_output
@@ -81,13 +84,14 @@ def register_all() -> None:
     _registered = True
 
 
-def _strategy_classes(modules: tuple[str, ...], base: type) -> list[type]:
-    classes = []
+def _strategy_classes(modules: tuple[str, ...]) -> list[type]:
+    """The classes the modules list in `__all__` that name a strategy of their own (`strategy_name`)."""
+    classes: list[type] = []
     for name in modules:
         module = importlib.import_module(name)
         for attr in getattr(module, "__all__", ()):
             obj = getattr(module, attr)
-            if isinstance(obj, type) and issubclass(obj, base) and "strategy_name" in vars(obj):
+            if isinstance(obj, type) and "strategy_name" in vars(obj):
                 classes.append(obj)
     return classes
 
@@ -159,7 +163,7 @@ def _hook_connector(
     original_flags = connector._check_config_and_set_final_flags
     original_choose_strategy = connector._choose_strategy
     original_precision = connector._check_and_init_precision
-    original_auto = connector._choose_auto_accelerator
+    original_auto: Callable[..., str] = connector._choose_auto_accelerator
 
     flags_signature = inspect.signature(original_flags)
     flag_attr, plugin_attr = precision_attrs

@@ -5,7 +5,10 @@ Called from the connector hooks in registration.py; kept apart so the rules are 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 PARALLEL_STRATEGY_NAME = "hpu_parallel"  # registered with the Trainer's and with Fabric's strategy registry
 
@@ -31,7 +34,7 @@ def asks_for_hpu(strategy: Any, plugins: Any) -> bool:
     return any(isinstance(plugin, hpu_precisions) for plugin in plugins)
 
 
-def choose_strategy(parallel_devices: list, num_nodes: int, single_strategy: type) -> Any:
+def choose_strategy(parallel_devices: list[torch.device], num_nodes: int, single_strategy: type) -> Any:
     """The single-HPU strategy for one device, the HPUParallelStrategy family for several (or several nodes)."""
     if len(parallel_devices) <= 1 and num_nodes == 1:
         return single_strategy(device=parallel_devices[0] if parallel_devices else None)

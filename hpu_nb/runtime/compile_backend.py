@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 BACKEND_NAME = "hpu_backend"
 HABANA_CORE = "habana_frameworks.torch.core"
@@ -179,7 +180,7 @@ def _habanas_for_torch() -> Callable[..., Any]:
 
 
 def _called_by_torchs_lookup() -> bool:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return False
@@ -189,7 +190,7 @@ def _called_by_torchs_lookup() -> bool:
     return False
 
 
-def _no_habana_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
+def _no_habana_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> NoReturn:
     raise RuntimeError(
         "torch.compile(backend='hpu_backend') needs Habana's own backend, and importing habana_frameworks.torch.core"
         " registered none (Gaudi software 1.19 and newer register it in eager and lazy mode). Check the Gaudi software"
@@ -197,7 +198,7 @@ def _no_habana_backend(graph_module: Any, example_inputs: list[Any], **kwargs: A
     )
 
 
-def _habanas(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
+def _habanas(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """The emulated backend was registered before Habana's software was found (a process that started emulated):
     hand the graph to Habana's backend, registered in its place."""
     from torch._dynamo.backends.registry import _COMPILER_FNS

@@ -25,7 +25,7 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_small_file(path: str | os.PathLike, what: str, limit: int = SMALL_FILE_LIMIT) -> bytes:
+def read_small_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE_LIMIT) -> bytes:
     """The bytes of the regular file `path` (at most `limit`); UnreadableFileError, naming `what` and the file, else."""
     p = Path(path).expanduser()
     try:

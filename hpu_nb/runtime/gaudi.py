@@ -199,7 +199,7 @@ class GaudiBackend(DeviceBackend):
                     continue
             log.debug("generation from %s unavailable: %s", source, outcome.reason)
         listing = hlsmi.read_listing(self.facts_timeout)
-        if listing.ok and listing.value.generation:
+        if listing.value is not None and listing.value.generation:
             return generation_from_name(listing.value.generation)
         if self.device_acquired():
             return generation_from_name(str(self._hthpu.get_device_name()))
@@ -225,11 +225,11 @@ class GaudiBackend(DeviceBackend):
         versions = _versions_of_python_stack()
         versions.habana_frameworks = self._habana_frameworks_version()
         version = hlsmi.read_version(self.facts_timeout)
-        if version.ok:
+        if version.value is not None:
             versions.synapseai, versions.firmware = version.value.synapseai, version.value.firmware
             # -L is only worth asking once -v has answered: a missing or hanging tool is not asked twice.
             listing = hlsmi.read_listing(self.facts_timeout)
-            if listing.ok:
+            if listing.value is not None:
                 versions.driver = listing.value.driver_version
             else:
                 versions.extra["hl-smi -L"] = listing.reason or "unknown"

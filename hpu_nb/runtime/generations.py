@@ -86,7 +86,7 @@ class Release:
         """Up to 1.20 PT_HPU_LAZY_MODE defaults to "1"; from 1.21 eager + torch.compile is the default."""
         return (self.major, self.minor) < (1, 21)
 
-    def autoloads(self, environ: dict[str, str] | os._Environ) -> bool:
+    def autoloads(self, environ: dict[str, str] | os._Environ[str]) -> bool:
         """Whether `import torch` imports habana_frameworks (core, hpu, hccl): from 1.18, in eager mode unless
         PT_HPU_AUTOLOAD says "0" / "1" (Habana's habana_frameworks/autoload)."""
         if (self.major, self.minor) < (1, 18):
@@ -104,7 +104,7 @@ class Release:
             return LOWER_LIST_ENV, FP32_LIST_ENV
         return OLD_LOWER_LIST_ENV, OLD_FP32_LIST_ENV
 
-    def ignored_op_list_envs(self, environ: dict[str, str] | os._Environ) -> list[tuple[str, str]]:
+    def ignored_op_list_envs(self, environ: dict[str, str] | os._Environ[str]) -> list[tuple[str, str]]:
         """(old, new) for each old op-list variable set in `environ` that this release does not read."""
         if self.op_list_envs == (OLD_LOWER_LIST_ENV, OLD_FP32_LIST_ENV):
             return []

@@ -123,7 +123,7 @@ def run_hlsmi(args: list[str] | tuple[str, ...], timeout: float = DEFAULT_TIMEOU
     return Outcome(stdout)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _kill_group(process: subprocess.Popen[str]) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -11,7 +11,7 @@ thing is where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_st
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.strategies.ddp import DDPStrategy
@@ -28,8 +28,18 @@ from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategies.fsdp import check_eager_mode
 from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
-from hpu_nb.core.strategies.parallel import HPUParallelMixin, ScriptLivenessMixin, WorkerLivenessMixin
+from hpu_nb.core.strategies.parallel import (
+    HPUParallelMixin,
+    ProcessStartMethod,
+    ScriptLivenessMixin,
+    WorkerLivenessMixin,
+)
 from hpu_nb.runtime import get_backend
+
+if TYPE_CHECKING:
+    from lightning.fabric.strategies import Strategy as FabricStrategyHost
+else:
+    FabricStrategyHost = object  # a base for the type checker only (as strategies/hosts.py's)
 
 __all__ = ["HPUDDPStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
 
@@ -38,11 +48,11 @@ class _FabricMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLaunch
     """Fabric's fork/spawn launcher, with the Gaudi fork check and the Trainer's liveness (WorkerLivenessMixin)."""
 
     @override
-    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return worker_result.unpack(super().launch(function, *args, **kwargs))  # rank 0's value, sent as bytes
 
     @override
-    def _wrapping_function(self, process_idx: int, function: Callable, *args: Any, **kwargs: Any) -> None:
+    def _wrapping_function(self, process_idx: int, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         function = worker_result.returning_bytes(function)
         return super()._wrapping_function(process_idx, self._worker_function(function), *args, **kwargs)
 
@@ -52,35 +62,35 @@ class _FabricSubprocessScriptLauncher(ScriptLivenessMixin, _SubprocessScriptLaun
     training runs, so rank 0 keeps the ranks it started in check for the rest of its life."""
 
 
-class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault):
+class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault, FabricStrategyHost):
     """Lazy mode cuts the graph after backward and after the optimizer step (a no-op in eager mode)."""
 
     @override
     def backward(self, tensor: torch.Tensor, module: Any, *args: Any, **kwargs: Any) -> None:
-        super().backward(tensor, module, *args, **kwargs)  # type: ignore[misc]
+        super().backward(tensor, module, *args, **kwargs)
         get_backend().mark_step()
 
     @override
     def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
-        output = super().optimizer_step(optimizer, **kwargs)  # type: ignore[misc]
+        output = super().optimizer_step(optimizer, **kwargs)
         get_backend().mark_step()
         return output
 
 
-class _FabricLaunchers:
-    """Fabric's launchers for HPUParallelMixin._configure_launcher (put before the mixin in the bases), and what a rank
-    outside every Fabric call is doing: the user's own loop."""
+class _FabricLaunchers(HPUParallelMixin):
+    """Fabric's launchers for HPUParallelMixin._configure_launcher, and what a rank outside every Fabric call is doing:
+    the user's own loop."""
 
     _idle_phase = "the script's own code (no Fabric call)"
 
     @override
     def _script_launcher(self) -> Any:
         return _FabricSubprocessScriptLauncher(
-            self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
+            self, self.cluster_environment, self.num_processes, self.num_nodes
         )
 
     @override
-    def _process_launcher(self, start_method: str) -> Any:
+    def _process_launcher(self, start_method: ProcessStartMethod) -> Any:
         return _FabricMultiProcessingLauncher(self, start_method=start_method)
 
 
@@ -159,8 +169,8 @@ class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, HPUAcceleratorOnly, FS
     @property
     @override
     def precision(self) -> HPUFSDPPrecision:
-        plugin = self._precision
-        return plugin if plugin is not None else HPUFSDPPrecision("32-true")  # type: ignore[return-value]
+        plugin = self._precision  # set by the setter below only: an HPUFSDPPrecision, or None
+        return plugin if isinstance(plugin, HPUFSDPPrecision) else HPUFSDPPrecision("32-true")
 
     @precision.setter
     @override

@@ -27,7 +27,7 @@ class WorkerResult:
         return torch.load(io.BytesIO(self.payload), weights_only=False)
 
 
-def returning_bytes(function: Callable) -> Callable:
+def returning_bytes(function: Callable[..., Any]) -> Callable[..., WorkerResult]:
     """`function`, returning its result as a WorkerResult."""
     from lightning.fabric.utilities.apply_func import move_data_to_device
 

@@ -8,7 +8,7 @@ Written once as a mixin so the single-device, DDP, DeepSpeed and FSDP strategies
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.plugins.io.checkpoint_plugin import CheckpointIO
 from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
@@ -16,6 +16,11 @@ from typing_extensions import override
 
 from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.runtime import get_backend
+
+if TYPE_CHECKING:
+    from hpu_nb.core.strategies.hosts import StrategyHost
+else:
+    StrategyHost = object  # a base for the type checker only (hosts.py)
 
 
 class HPUAcceleratorOnly:
@@ -61,7 +66,7 @@ class HPUCheckpointIODefault:
         self._checkpoint_io = io
 
 
-class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault):
+class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault, StrategyHost):
     """Put before a Lightning (Trainer) Strategy class in the bases: `class S(HPUStepsMixin, SingleDeviceStrategy)`.
 
     Fabric's strategies have their own hooks for the same placement (hpu_nb.core.fabric.strategies).
@@ -70,12 +75,12 @@ class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault):
     # -- lazy mode cuts the graph where Gaudi needs it (a no-op in eager mode) --------------------------------------
     @override
     def post_backward(self, closure_loss: Any) -> None:
-        super().post_backward(closure_loss)  # type: ignore[misc]
+        super().post_backward(closure_loss)
         get_backend().mark_step()
 
     @override
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
-        output = super().optimizer_step(optimizer, closure, model, **kwargs)  # type: ignore[misc]
+        output = super().optimizer_step(optimizer, closure, model, **kwargs)
         get_backend().mark_step()
         return output
 
@@ -83,24 +88,24 @@ class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault):
     @override
     def on_predict_end(self) -> None:
         _finish_fp8_measurements(self)
-        super().on_predict_end()  # type: ignore[misc]
+        super().on_predict_end()
 
     @override
     def on_test_end(self) -> None:
         _finish_fp8_measurements(self)
-        super().on_test_end()  # type: ignore[misc]
+        super().on_test_end()
 
     @override
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        return _eval_step(super().validation_step, args, kwargs)  # type: ignore[misc]
+        return _eval_step(super().validation_step, args, kwargs)
 
     @override
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        return _eval_step(super().test_step, args, kwargs)  # type: ignore[misc]
+        return _eval_step(super().test_step, args, kwargs)
 
     @override
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        return _eval_step(super().predict_step, args, kwargs)  # type: ignore[misc]
+        return _eval_step(super().predict_step, args, kwargs)
 
 
 def _finish_fp8_measurements(strategy: Any) -> None:
@@ -110,7 +115,7 @@ def _finish_fp8_measurements(strategy: Any) -> None:
         finish()
 
 
-def _eval_step(step: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def _eval_step(step: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Evaluation steps get their own lazy graph: cut before and after."""
     backend = get_backend()
     backend.mark_step()

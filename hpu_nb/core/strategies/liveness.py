@@ -26,13 +26,16 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpu_nb.core.strategies.rank_processes import (  # noqa: F401  (PARENT_PID_ENV: re-exported, as before)
     EXIT_KEY_PREFIX,
     PARENT_PID_ENV,
     process_running,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore
 
 TIMEOUT_ENV = "HPU_NB_COLLECTIVE_TIMEOUT"
 MAX_COLLECTIVE_TIMEOUT_S = 365 * 24 * 3600.0
@@ -103,7 +106,7 @@ class RankProgress:
         self._stack: list[tuple[str, int, float]] = []  # (phase, how many times entered, monotonic start)
         self._idle_since = time.monotonic()  # when the stack last became empty
         self._counts: dict[str, int] = {}
-        self._store: Any = None
+        self._store: TCPStore | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failed_in: dict[str, Any] | None = None
@@ -156,8 +159,11 @@ class RankProgress:
         self._thread.start()
 
     def _publish(self) -> bool:
+        store = self._store  # None until start() connects (or when it could not)
+        if store is None:
+            return False
         try:
-            self._store.set(f"{KEY_PREFIX}{self.rank}", json.dumps(self.snapshot()))
+            store.set(f"{KEY_PREFIX}{self.rank}", json.dumps(self.snapshot()))
             return True
         except Exception:
             return False
@@ -199,8 +205,8 @@ class RankProgress:
         for rank in range(self.world_size):
             key = f"{KEY_PREFIX}{rank}"
             try:
-                known = self._store is not None and self._store.check([key])
-                out[rank] = json.loads(self._store.get(key)) if known else None
+                store = self._store
+                out[rank] = json.loads(store.get(key)) if store is not None and store.check([key]) else None
             except Exception:
                 out[rank] = None
         return out

@@ -22,7 +22,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
@@ -39,12 +39,19 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 
+if TYPE_CHECKING:
+    from hpu_nb.core.strategies.hosts import LauncherHost, ParallelStrategyHost
+else:  # bases for the type checker only (hosts.py)
+    LauncherHost = ParallelStrategyHost = object
+
 __all__ = [
     "ForkCheckMixin", "HPUDDPStrategy", "HPUParallelMixin", "HPUParallelStrategy", "ScriptLivenessMixin",
     "WorkerLivenessMixin", "hccl_reduce",
 ]
 
-START_METHODS = ("popen", "fork", "spawn", "forkserver")
+StartMethod = Literal["popen", "fork", "spawn", "forkserver"]
+ProcessStartMethod = Literal["fork", "spawn", "forkserver"]  # what Lightning's fork / spawn launchers take
+START_METHODS: tuple[StartMethod, ...] = ("popen", "fork", "spawn", "forkserver")
 REDUCE_OPS = ("sum", "product", "min", "max", "mean")  # HCCL's (the bridge's hccl_kernels.cpp), mean = sum / size
 
 
@@ -104,26 +111,27 @@ def in_interactive_session() -> bool:
     return bool(accelerator_connector._IS_INTERACTIVE)
 
 
-def resolve_start_method(start_method: str | None) -> str:
+def resolve_start_method(start_method: str | None) -> StartMethod:
     """None / "auto": fork in a notebook (Lightning requires it there), Lightning's script launcher elsewhere."""
     if start_method in (None, "auto"):
         forkable = "fork" in torch.multiprocessing.get_all_start_methods()
         return "fork" if in_interactive_session() and forkable else "popen"
-    if start_method not in START_METHODS:
-        raise ValueError(f"start_method={start_method!r} is not one of: auto, {', '.join(START_METHODS)}.")
-    return start_method
+    for method in START_METHODS:
+        if start_method == method:
+            return method
+    raise ValueError(f"start_method={start_method!r} is not one of: auto, {', '.join(START_METHODS)}.")
 
 
-class ForkCheckMixin:
+class ForkCheckMixin(LauncherHost):
     """For a fork / spawn launcher (Trainer's or Fabric's): refuse to fork a Gaudi runtime this process has opened."""
 
-    _start_method: str
+    _start_method: ProcessStartMethod
 
     @override
-    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._start_method in ("fork", "forkserver"):
             hpu_dist.check_fork_allowed()
-        return super().launch(function, *args, **kwargs)  # type: ignore[misc]
+        return super().launch(function, *args, **kwargs)
 
 
 class WorkerLivenessMixin(ForkCheckMixin):
@@ -137,7 +145,7 @@ class WorkerLivenessMixin(ForkCheckMixin):
     _strategy: Any
 
     @override
-    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._parent_pid = os.getpid()
         rank_processes.skip_garbage_collection_at_exit()  # a script that launched workers ends promptly too
         before = rank_processes.multiprocessing_children()
@@ -157,7 +165,7 @@ class WorkerLivenessMixin(ForkCheckMixin):
         env = self._strategy.cluster_environment
         return None if env is None else (env.main_address, env.main_port)
 
-    def _worker_function(self, function: Callable) -> Callable:
+    def _worker_function(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """In a worker, before it runs `function`: it dies with the launching process and ends on SIGTERM; its
         communication failures name the rank that did not answer."""
         rank_processes.die_with_parent(self._parent_pid)
@@ -169,13 +177,15 @@ class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
     """Lightning's fork/spawn launcher for the Trainer, with hpu_nb's fork check and liveness (WorkerLivenessMixin)."""
 
     @override
-    def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         self.procs = []  # this launch's workers only: never signal a pid left from an earlier launch
         with _callbacks_following_workers(trainer):
             return super().launch(function, *args, trainer=trainer, **kwargs)
 
     @override
-    def _wrapping_function(self, process_idx: int, trainer: Any, function: Callable, *args: Any, **kwargs: Any) -> None:
+    def _wrapping_function(
+        self, process_idx: int, trainer: Any, function: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
         return super()._wrapping_function(process_idx, trainer, self._worker_function(function), *args, **kwargs)
 
     @override
@@ -201,7 +211,7 @@ def _callbacks_following_workers(trainer: Any) -> Iterator[None]:
         yield
 
 
-class ScriptLivenessMixin:
+class ScriptLivenessMixin(LauncherHost):
     """For Lightning's script launcher, the Trainer's and Fabric's (put first in the bases; rank 0 runs the script
     again for the other ranks): they die with rank 0 and end on SIGTERM; rank 0 keeps them in check for the rest of
     its life (`rank_processes.ScriptRanks`: watched, stopped on its SIGTERM even inside a collective, stopped when it
@@ -219,11 +229,11 @@ class ScriptLivenessMixin:
     procs: list[Any]
 
     def __init__(self, strategy: Any, cluster_environment: Any, num_processes: int, num_nodes: int) -> None:
-        super().__init__(cluster_environment, num_processes, num_nodes)  # type: ignore[call-arg]
+        super().__init__(cluster_environment, num_processes, num_nodes)
         self._strategy = strategy
 
     @override
-    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         env = self.cluster_environment
         parent = os.environ.get(rank_processes.PARENT_PID_ENV)
         if env.creates_processes_externally and parent is not None and parent == str(os.getppid()):
@@ -247,7 +257,7 @@ class ScriptLivenessMixin:
     def _call_children_scripts(self) -> None:
         os.environ[rank_processes.PARENT_PID_ENV] = str(os.getpid())
         try:
-            super()._call_children_scripts()  # type: ignore[misc]
+            super()._call_children_scripts()
         finally:
             os.environ.pop(rank_processes.PARENT_PID_ENV, None)
 
@@ -256,7 +266,7 @@ class HPUSubprocessScriptLauncher(ScriptLivenessMixin, _SubprocessScriptLauncher
     """Lightning's script launcher for the Trainer, with hpu_nb's liveness (ScriptLivenessMixin)."""
 
 
-def _explaining(strategy: Any, function: Callable) -> Callable:
+def _explaining(strategy: Any, function: Callable[..., Any]) -> Callable[..., Any]:
     """`function`, whose communication failures become a StuckRankError naming the rank that did not answer."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -271,18 +281,24 @@ def _explaining(strategy: Any, function: Callable) -> Callable:
     return run
 
 
-class HPUParallelMixin:
+class HPUParallelMixin(ParallelStrategyHost):
     """Put first in the bases of a multi-card HPU strategy: `class S(HPUParallelMixin, HPUStepsMixin, DDPStrategy)`."""
 
-    _start_method: str | None = None
+    _hpu_start_method: str | None = None  # as given ("auto" too); Lightning's own `_start_method` is left alone
     _progress: liveness.RankProgress | None = None
     _idle_phase = "between steps"  # what a rank outside every tracked phase is doing (Fabric: the user's own loop)
 
     # -- the collective timeout -----------------------------------------------------------------------------------
     @property
-    def _timeout(self) -> timedelta:
+    def _collective_timeout(self) -> timedelta:
         """What every collective waits at most: the strategy's `timeout`, else HPU_NB_COLLECTIVE_TIMEOUT, else 5 min."""
         return liveness.collective_timeout(self.__dict__.get("_hpu_timeout"))
+
+    @property
+    def _timeout(self) -> timedelta | None:
+        """Lightning's attribute, read by its process-group set-up: `_collective_timeout` (never None; typed as
+        Lightning types the attribute)."""
+        return self._collective_timeout
 
     @_timeout.setter
     def _timeout(self, value: timedelta | None) -> None:
@@ -292,17 +308,18 @@ class HPUParallelMixin:
     # -- progress reports, for naming a stuck rank ------------------------------------------------------------------
     @override
     def setup_environment(self) -> None:
-        super().setup_environment()  # type: ignore[misc]
+        super().setup_environment()
         self._start_progress_reports()
 
     def _start_progress_reports(self) -> None:
         """Once the process group exists: report this rank's progress to the job's store (strategies whose
         `setup_environment` skips this mixin's, as DeepSpeed's, call it themselves)."""
-        if self._progress is None and _distributed_is_initialized() and self.world_size > 1:  # type: ignore[attr-defined]
+        if self._progress is None and _distributed_is_initialized() and self.world_size > 1:
             self._progress = liveness.RankProgress(
-                self.global_rank, self.world_size, self._timeout, idle_phase=self._idle_phase  # type: ignore[attr-defined]
+                self.global_rank, self.world_size, self._collective_timeout, idle_phase=self._idle_phase
             )
-            env = self.cluster_environment  # type: ignore[attr-defined]
+            env = self.cluster_environment
+            assert env is not None  # a process group exists: Lightning set it up from this environment
             self._progress.start(env.main_address, env.main_port)
 
     @contextlib.contextmanager
@@ -333,52 +350,52 @@ class HPUParallelMixin:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        super().teardown()  # type: ignore[misc]
+        super().teardown()
 
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("training_step"), self._ddp_time_stats_quiet():
-            return super().training_step(*args, **kwargs)  # type: ignore[misc]
+            return super().training_step(*args, **kwargs)
 
     @override
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("validation_step"):
-            return super().validation_step(*args, **kwargs)  # type: ignore[misc]
+            return super().validation_step(*args, **kwargs)
 
     @override
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("test_step"):
-            return super().test_step(*args, **kwargs)  # type: ignore[misc]
+            return super().test_step(*args, **kwargs)
 
     @override
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("predict_step"):
-            return super().predict_step(*args, **kwargs)  # type: ignore[misc]
+            return super().predict_step(*args, **kwargs)
 
     @override
     def backward(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("backward"):  # DDP all-reduces the gradients during backward
-            return super().backward(*args, **kwargs)  # type: ignore[misc]
+            return super().backward(*args, **kwargs)
 
     @override
     def optimizer_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("optimizer_step"):  # the closure runs training_step and backward inside it
-            return super().optimizer_step(*args, **kwargs)  # type: ignore[misc]
+            return super().optimizer_step(*args, **kwargs)
 
     @override
     def barrier(self, *args: Any, **kwargs: Any) -> None:
         with self._tracked("barrier"), noise.quiet_barrier():
-            return super().barrier(*args, **kwargs)  # type: ignore[misc]
+            return super().barrier(*args, **kwargs)
 
     @override
     def broadcast(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("broadcast"):
-            return super().broadcast(*args, **kwargs)  # type: ignore[misc]
+            return super().broadcast(*args, **kwargs)
 
     @override
     def all_gather(self, *args: Any, **kwargs: Any) -> Any:
         with self._tracked("all_gather"):
-            return super().all_gather(*args, **kwargs)  # type: ignore[misc]
+            return super().all_gather(*args, **kwargs)
 
     _ddp_time_stats_quiet = noise.OnceNativeMessage(noise.DDP_TIME_STATS)  # each worker process: its own copy
 
@@ -387,7 +404,7 @@ class HPUParallelMixin:
         or "forkserver"; checked now, resolved when the launcher is configured."""
         resolve_start_method(start_method)
         super().__init__(*args, **kwargs)
-        self._start_method = start_method
+        self._hpu_start_method = start_method
 
     # -- devices --------------------------------------------------------------------------------------------------
     @property
@@ -395,7 +412,7 @@ class HPUParallelMixin:
     def root_device(self) -> torch.device:
         """This process's card: hpu:0 (an `hpu` device without an index is completed, as torch's FSDP needs one)."""
         assert self.parallel_devices is not None, "the strategy has no devices yet (it gets them from the Trainer)"
-        device = self.parallel_devices[self.local_rank]  # type: ignore[attr-defined]
+        device = self.parallel_devices[self.local_rank]
         return get_backend().root_device() if device.type == "hpu" else device
 
     @override
@@ -411,7 +428,7 @@ class HPUParallelMixin:
     @override
     def process_group_backend(self) -> str:
         """"hccl" unless one was given (on the emulated Gaudi, HCCL's semantics over gloo)."""
-        return self._process_group_backend or hpu_dist.process_group_backend()  # type: ignore[attr-defined]
+        return self._process_group_backend or hpu_dist.process_group_backend()
 
     @override
     def _get_process_group_backend(self) -> str:
@@ -421,13 +438,13 @@ class HPUParallelMixin:
     def _prepare_hpu_distributed(self) -> str:
         """HCCL set-up on a Gaudi (import, initialize_distributed_hpu); returns the process-group backend."""
         backend = hpu_dist.initialize_distributed(
-            world_size=self.world_size,  # type: ignore[attr-defined]
-            rank=self.global_rank,  # type: ignore[attr-defined]
-            local_rank=self.local_rank,  # type: ignore[attr-defined]
-            local_world_size=self.num_processes,  # type: ignore[attr-defined]
+            world_size=self.world_size,
+            rank=self.global_rank,
+            local_rank=self.local_rank,
+            local_world_size=self.num_processes,
         )
-        self._process_group_backend = self._process_group_backend or backend  # type: ignore[attr-defined]
-        return self._process_group_backend  # type: ignore[attr-defined]
+        self._process_group_backend = self._process_group_backend or backend
+        return self._process_group_backend
 
     # -- collectives ----------------------------------------------------------------------------------------------
     @override
@@ -452,24 +469,22 @@ class HPUParallelMixin:
     @override
     def _configure_launcher(self) -> None:
         """Lightning's script launcher (its own process per card), or fork / spawn (a notebook: fork)."""
-        assert self.cluster_environment is not None  # type: ignore[attr-defined]
-        method = resolve_start_method(self._start_method)
-        if not self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
+        assert self.cluster_environment is not None
+        method = resolve_start_method(self._hpu_start_method)
+        if not self.cluster_environment.creates_processes_externally:
             # This process launches the workers: a MASTER_PORT that only Habana's HCCL import set (12345) is dropped,
             # so Lightning picks a free port and jobs sharing the machine do not meet on the same one.
             hpu_dist.release_habana_default_port()
-        if method == "popen" or self.cluster_environment.creates_processes_externally:  # type: ignore[attr-defined]
+        if method == "popen" or self.cluster_environment.creates_processes_externally:
             self._launcher = self._script_launcher()
         else:
             self._launcher = self._process_launcher(method)
 
     def _script_launcher(self) -> Any:
         """The launcher that runs the script again per card: the Trainer's (Fabric strategies return Fabric's)."""
-        return HPUSubprocessScriptLauncher(
-            self, self.cluster_environment, self.num_processes, self.num_nodes  # type: ignore[attr-defined]
-        )
+        return HPUSubprocessScriptLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
 
-    def _process_launcher(self, start_method: str) -> Any:
+    def _process_launcher(self, start_method: ProcessStartMethod) -> Any:
         """The fork / spawn launcher: the Trainer's (Fabric strategies return Fabric's)."""
         return HPUMultiProcessingLauncher(self, start_method=start_method)
 
@@ -493,8 +508,8 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         ddp_comm_state: object | None = None,
-        ddp_comm_hook: Callable | None = None,
-        ddp_comm_wrapper: Callable | None = None,
+        ddp_comm_hook: Callable[..., Any] | None = None,
+        ddp_comm_wrapper: Callable[..., Any] | None = None,
         model_averaging_period: int | None = None,
         process_group_backend: str | None = None,
         timeout: timedelta | None = None,
@@ -520,7 +535,8 @@ class HPUParallelStrategy(HPUParallelMixin, HPUStepsMixin, DDPStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
+        strategy_registry.register(cls.strategy_name, cls, description=(cls.__doc__ or cls.__name__).splitlines()[0],
+                                 override=True)
 
 
 class HPUDDPStrategy(HPUParallelStrategy):

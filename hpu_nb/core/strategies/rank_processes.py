@@ -113,7 +113,8 @@ def child_returncode(handle: Any) -> int | None:
     except ChildProcessError:  # collected already, by its owner: the owner's object has the code
         if isinstance(handle, multiprocessing.process.BaseProcess):
             return handle.exitcode
-        return handle.returncode
+        returncode: int | None = handle.returncode  # a subprocess.Popen
+        return returncode
     except OSError:
         return None
     if result is None:

@@ -1,0 +1,129 @@
+"""What the HPU mixins' host classes provide, declared for the type checker: Lightning's strategies and launchers.
+
+A mixin here (`HPUStepsMixin`, `HPUParallelMixin`, the launcher mixins) extends methods of the Lightning class it is
+mixed into, and one mixin serves two class trees: the Trainer's (`lightning.pytorch`) and Fabric's
+(`lightning.fabric`). It cannot name either as its base, so each mixin takes one of these classes as its base while
+type checking only:
+
+    if TYPE_CHECKING:
+        from hpu_nb.core.strategies.hosts import ParallelStrategyHost
+    else:
+        ParallelStrategyHost = object
+
+At run time the mixins' bases are unchanged and this module is never imported. Each class lists the part of both
+trees its mixin uses, with signatures every host accepts (Lightning 2.6). The bodies are `...`: declarations only,
+hence mypy's empty-body check is off for this module.
+"""
+
+# mypy: disable-error-code="empty-body"
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.environments import ClusterEnvironment
+
+
+class LauncherHost:
+    """Lightning's `_MultiProcessingLauncher` and `_SubprocessScriptLauncher`, the Trainer's and Fabric's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+    def _call_children_scripts(self) -> None: ...  # the script launchers'
+
+
+class StrategyHost:
+    """Lightning's (Trainer) `Strategy`, what `HPUStepsMixin` extends: lazy mode's mark_step after backward, the
+    optimizer step and each evaluation step; fp8 measurements at the end of predict / test."""
+
+    def post_backward(self, closure_loss: torch.Tensor) -> None: ...
+
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any: ...
+
+    def on_predict_end(self) -> None: ...
+
+    def on_test_end(self) -> None: ...
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class ParallelStrategyHost:
+    """Lightning's DDP, DeepSpeed and FSDP strategies, the Trainer's and Fabric's, what `HPUParallelMixin` extends.
+
+    Methods only one tree has (the Trainer's `reduce` and steps, Fabric's `all_reduce`) are declared for both: the
+    mixin overrides them all, and a tree that lacks one never calls it.
+    """
+
+    cluster_environment: ClusterEnvironment | None
+    parallel_devices: list[torch.device] | None
+    _process_group_backend: str | None
+    _launcher: Any  # the Trainer's or Fabric's _Launcher
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def global_rank(self) -> int: ...
+
+    @property
+    def local_rank(self) -> int: ...
+
+    @property
+    def num_processes(self) -> int: ...
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: int) -> None: ...
+
+    @property
+    def root_device(self) -> torch.device: ...
+
+    @property
+    def process_group_backend(self) -> str | None: ...
+
+    def setup_environment(self) -> None: ...
+
+    def teardown(self) -> None: ...
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def backward(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def barrier(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def all_gather(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any: ...
+
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any: ...
+
+    def determine_ddp_device_ids(self) -> list[int] | None: ...
+
+    def _determine_ddp_device_ids(self) -> list[int] | None: ...
+
+    def _get_process_group_backend(self) -> str: ...
+
+    def _configure_launcher(self) -> None: ...
+
