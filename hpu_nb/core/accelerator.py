@@ -40,7 +40,7 @@ class HPUAccelerator(Accelerator):
         rank_zero_info(f"HPU available: True, using: {trainer.num_devices} x {backend.device_name()} ({backend.kind})")
 
     @override
-    def get_device_stats(self, device: _DEVICE = None) -> dict[str, Any]:
+    def get_device_stats(self, device: _DEVICE | None = None) -> dict[str, Any]:
         """The ten Gaudi memory counters (Limit, InUse, MaxInUse, NumAllocs, ...)."""
         return get_backend().memory_stats(_device_index(device))
 
@@ -111,7 +111,7 @@ def is_fp16_available() -> tuple[bool, str]:
     return get_backend().fp16_support()
 
 
-def _device_index(device: _DEVICE) -> int:
+def _device_index(device: _DEVICE | None) -> int:
     if device is None:
         return 0
     if isinstance(device, int):

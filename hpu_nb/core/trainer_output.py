@@ -15,6 +15,7 @@ import functools
 import logging
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from typing_extensions import override
@@ -44,7 +45,7 @@ def install() -> bool:
     """Wrap Lightning's `_log_device_info` (once). Returns False when this Lightning has no such function."""
     from lightning.pytorch.trainer import setup as trainer_setup
 
-    original = getattr(trainer_setup, "_log_device_info", None)
+    original: Callable[[Any], None] | None = getattr(trainer_setup, "_log_device_info", None)
     if original is None:
         return False
     # (re)applied on every call: a warnings.catch_warnings block around an earlier call may have dropped it
