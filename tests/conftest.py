@@ -6,6 +6,7 @@ import pytest
 
 import hpu_nb.runtime as runtime
 from tests.cpu_info_once import ask_cpu_info_once
+from tests.suite_marks import MeasuredSlow
 
 ask_cpu_info_once()
 
@@ -52,6 +53,11 @@ def _restore_default_autocast_lists() -> None:
 
 # The fake habana_frameworks (a Gaudi we don't have) and a fake hl-smi, for the Gaudi-path tests.
 from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, no_gaudi  # noqa: E402, F401
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests measured at more than ~5 s are slow too (tests/suite_marks.py): `make test-fast` leaves them out."""
+    config.pluginmanager.register(MeasuredSlow(), "hpu_nb-measured-slow")
 
 
 @pytest.hookimpl(trylast=True)  # after tests/browser/conftest.py marked its tests
