@@ -47,6 +47,8 @@ RUNS = {
     "deepspeed zero-2": 'dict(devices=2, strategy=make_strategy("ds:2", start_method="fork"))',
     "deepspeed zero-3 offload": 'dict(devices=2, strategy=make_strategy("ds:3:offload", start_method="fork"))',
     "profiler": 'dict(devices=1, profiler=__import__("hpu_nb").HPUProfiler(dirpath={tmp!r}))',
+    # c10's CPUAllocator.cpp note about blocks allocated before the profiling started
+    "profiler memory": 'dict(devices=1, profiler=hpu_nb.HPUProfiler(dirpath={tmp!r}, profile_memory=True))',
 }
 
 

@@ -232,6 +232,20 @@ def test_the_profiler_and_traces_import_no_notebook_layer():
     assert out.stdout.strip() == "[]"
 
 
+def test_profile_memory_drops_only_the_allocator_note_of_a_training_batch(tmp_path, capfd):
+    note = ("[W1126 06:45:57.762529259 CPUAllocator.cpp:245] Memory block of unknown size was allocated before the"
+            " profiling started, profiler results will not include the deallocation event\n")
+    profiler = HPUProfiler(dirpath=str(tmp_path), profile_memory=True)
+    profiler._catch_allocator_note()  # what start("run_training_batch") does
+    os.write(2, b"user line 1\n" + note.encode() + b"user line 2\n")
+    profiler._release_allocator_note()  # stop("run_training_batch")
+    profiler._catch_allocator_note()  # the note was seen: later batches run as they are
+    assert profiler._batch_block is None
+    os.write(2, note.encode())
+    assert capfd.readouterr().err == "user line 1\nuser line 2\n" + note
+    assert HPUProfiler(dirpath=str(tmp_path))._allocator_note is None  # without profile_memory nothing is caught
+
+
 def test_one_trace_per_rank_with_filename(tmp_path):
     profilers = {}
     for rank in (1, 10):

@@ -23,7 +23,12 @@ import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
-from hpu_nb.core.noise import PROFILER_NATIVE, native_stderr_without
+from hpu_nb.core.noise import (
+    CPU_ALLOCATOR_UNKNOWN_BLOCK,
+    PROFILER_NATIVE,
+    OnceNativeMessage,
+    native_stderr_without,
+)
 from hpu_nb.runtime import get_backend
 
 log = logging.getLogger(__name__)
@@ -31,6 +36,8 @@ log = logging.getLogger(__name__)
 ALLOWED_HABANA_PROFILE = ("", "profile_api_light")
 EMULATED_NOTE = "emulated Gaudi, CPU activity only"
 PROFILER_STRING = "hpu"
+TRAINING_BATCH_ACTION = "run_training_batch"  # what Lightning's training epoch loop profiles each batch as
+ALLOCATOR_NOTE_BATCHES = 32  # training batches caught, at most, waiting for c10's allocator note (profile_memory)
 VIEWER_MISSING = ("HPUProfiler.show(): no trace viewer is loaded (it comes with the notebook layer): run "
                   "`%load_ext hpu_nb` in the notebook (or `import hpu_nb.notebook.trace_viewer`) and call show() again."
                   " The trace's text summary:")
@@ -61,6 +68,11 @@ class HPUProfiler(PyTorchProfiler):
         self._device_info = _device_info(self._backend)
         self._activities_given = kwargs.get("activities") is not None
         self._started_at = time.time()
+        # profile_memory=True: c10 logs "Memory block of unknown size was allocated before the profiling started" at
+        # the first free of a tensor older than the recording (in a training batch): dropped (hpu_nb.core.noise)
+        self._allocator_note = (OnceNativeMessage(CPU_ALLOCATOR_UNKNOWN_BLOCK, max_calls=ALLOCATOR_NOTE_BATCHES)
+                                if kwargs.get("profile_memory") else None)
+        self._batch_block: Any = None  # the open catch of file descriptor 2 around one training batch
         super().__init__(dirpath=dirpath, filename=filename, **kwargs)
 
     # -- what we ask of torch.profiler ---------------------------------------------------------
@@ -94,6 +106,8 @@ class HPUProfiler(PyTorchProfiler):
     # step go straight to file descriptor 2 at these calls: caught, written back without them (hpu_nb.core.noise)
     @override
     def start(self, action_name: str) -> None:
+        if action_name == TRAINING_BATCH_ACTION:
+            self._catch_allocator_note()
         with native_stderr_without(*PROFILER_NATIVE):
             super().start(action_name)
         self._add_trace_metadata()
@@ -103,11 +117,28 @@ class HPUProfiler(PyTorchProfiler):
         with native_stderr_without(*PROFILER_NATIVE):
             super().stop(action_name)
         self._add_trace_metadata()
+        if action_name == TRAINING_BATCH_ACTION:
+            self._release_allocator_note()
 
     @override
     def _delete_profilers(self) -> None:
+        self._release_allocator_note()
         with native_stderr_without(*PROFILER_NATIVE):
             super()._delete_profilers()
+
+    def _catch_allocator_note(self) -> None:
+        """A training batch starts: catch file descriptor 2 until it ends, while c10's allocator note is still due."""
+        note = self._allocator_note
+        if note is None or note.calls_left <= 0 or self._batch_block is not None:
+            return
+        self._batch_block = note()
+        self._batch_block.__enter__()
+
+    def _release_allocator_note(self) -> None:
+        """The batch ended (or the recording did): what it wrote to descriptor 2 goes out, but the allocator note."""
+        block, self._batch_block = self._batch_block, None
+        if block is not None:
+            block.__exit__(None, None, None)
 
     def _add_trace_metadata(self) -> None:
         """Write the device facts (emulated or not, which activities) into the trace's top-level 'hpu_nb' key."""
