@@ -8,7 +8,7 @@ import os
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
-def find_trace(path: str | os.PathLike) -> str:
+def find_trace(path: str | os.PathLike[str]) -> str:
     """`path` itself unless it is a folder (the parser refuses what is not a regular file), else the newest Chrome
     trace below the folder.
 
@@ -26,10 +26,10 @@ def find_trace(path: str | os.PathLike) -> str:
     return found[0]
 
 
-def trace_files(folder: str | os.PathLike) -> list[str]:
+def trace_files(folder: str | os.PathLike[str]) -> list[str]:
     """The Chrome traces below `folder`, newest first."""
     found = []
-    for root, _dirs, files in os.walk(folder):
+    for root, _dirs, files in os.walk(os.fspath(folder)):
         for f in files:
             full = os.path.join(root, f)
             if f.endswith((".json", ".json.gz")) and os.path.isfile(full) and _looks_like_chrome_trace(full):

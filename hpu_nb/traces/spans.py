@@ -57,7 +57,7 @@ def nesting(ph: np.ndarray, dur: np.ndarray, end: np.ndarray, track_id: np.ndarr
 
 def outermost_of_name(is_span: np.ndarray, parent: np.ndarray, name_id: np.ndarray) -> np.ndarray:
     """True for spans with no enclosing span of the same name (walks every ancestor chain, one level per pass)."""
-    outermost = is_span.copy()
+    outermost: np.ndarray = is_span.copy()
     idx = np.flatnonzero(parent >= 0)
     anc = parent[idx]
     while len(idx):

@@ -25,7 +25,7 @@ class Step:
         return self.end_ns - self.start_ns
 
 
-class Steps(list):
+class Steps(list[Step]):
     """The ProfilerStep#N spans of a trace, in time order (a list of Step with a readable repr)."""
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ class Track:
     tid: Any
     label: str
     kind: str  # "cpu" or "device" or "other"
-    sort_key: tuple
+    sort_key: tuple[Any, ...]
 
 
 def make_tracks(keys: list[tuple[Any, Any]], meta: list[dict[str, Any]]) -> list[Track]:

@@ -37,7 +37,7 @@ class MonitorState(Protocol):
     oom: dict[str, Any]
     samples: int
     frontend_error: str | None
-    rank_history: dict[str, list]
+    rank_history: dict[str, list[Any]]
 
 
 class TrainingSummary:
