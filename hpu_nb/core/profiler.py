@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.profilers import PyTorchProfiler
+from lightning.pytorch.trainer import setup
 from typing_extensions import override
 
 from hpu_nb.core.noise import (
@@ -30,6 +31,8 @@ from hpu_nb.core.noise import (
     native_stderr_without,
 )
 from hpu_nb.runtime import get_backend
+from hpu_nb.traces import load
+from hpu_nb.traces.viewer_registry import registered_trace_viewer
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +185,6 @@ class HPUProfiler(PyTorchProfiler):
 
     def load_trace(self, path: str | None = None) -> Any:
         """The last trace this profiler wrote (or `path`), as an hpu_nb.traces.Trace."""
-        from hpu_nb.traces import load
-
         return load(path or self.last_trace_path())
 
     @override
@@ -222,8 +223,6 @@ class HPUProfiler(PyTorchProfiler):
         The viewer belongs to the notebook layer, which registers it (hpu_nb.traces.viewer_registry) when imported or
         on `%load_ext hpu_nb`; without it this returns the trace's text summary, headed by how to get the viewer.
         """
-        from hpu_nb.traces.viewer_registry import registered_trace_viewer
-
         viewer = registered_trace_viewer()
         path = path or self.last_trace_path()
         if viewer is not None:
@@ -269,8 +268,6 @@ def register_profiler_string() -> bool:
     Lightning resolves profiler strings from a dict local to ``trainer.setup._init_profiler``, which
     the Trainer calls through the module attribute; we wrap that function and delegate every other value.
     """
-    from lightning.pytorch.trainer import setup
-
     current = setup._init_profiler
     if getattr(current, "_hpu_nb_hooked", False):
         return True

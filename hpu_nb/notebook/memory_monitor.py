@@ -37,9 +37,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.notebook.memory.chart_widget import STATIC, TrainingChart
 from hpu_nb.notebook.memory.history import (
     BATCHES,
@@ -63,7 +65,8 @@ from hpu_nb.notebook.memory.packing import pack_points, unpack_points
 from hpu_nb.notebook.memory.relay import WorkerRelay
 from hpu_nb.notebook.memory.summary import TrainingSummary
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
-from hpu_nb.runtime import is_out_of_memory
+from hpu_nb.runtime import get_backend, is_out_of_memory
+from hpu_nb.runtime.base import iter_tensors
 
 __all__ = ["BATCHES", "EPOCH", "FIELDS", "IN_USE", "LIMIT", "LOG_PREFIX", "LOSS", "MAX_IN_USE", "SAMPLES", "SECONDS",
            "STAGE", "STAGES", "STATIC", "X", "ChartHistory", "MemoryMonitor", "TrainingChart", "TrainingSummary",
@@ -126,8 +129,6 @@ class MemoryMonitor(Callback):
                 self._relay = None  # only rank 0 reports to the kernel
         self._start_run(str(getattr(stage, "value", stage)))
         if self.reset_peak and _is_hpu(trainer):
-            from hpu_nb.runtime import get_backend
-
             get_backend().reset_peak_memory_stats()
         self._send_to_kernel("setup", stage=self.stage, device_label=self.device_label, is_emulated=self.is_emulated)
         self._sample(trainer, None)  # the starting point: parameters already on the device
@@ -245,8 +246,6 @@ class MemoryMonitor(Callback):
     def _gather_ranks(self, trainer: Any) -> None:
         """Every rank's InUse / MaxInUse to rank 0 (a collective: every rank runs this at the same step)."""
         try:
-            import torch
-
             stats = self.current
             mine = torch.tensor([stats.get("InUse", 0) / 1024.0, stats.get("MaxInUse", 0) / 1024.0],
                                 dtype=torch.float32, device=trainer.strategy.root_device)
@@ -501,16 +500,12 @@ def _loss_of(outputs: Any) -> Any:
 
 def _size_of(batch: Any) -> int:
     """Samples in a batch: the first dimension of its first tensor (0 when it has none)."""
-    from hpu_nb.runtime.base import iter_tensors
-
     for tensor in iter_tensors(batch):
         return int(tensor.shape[0]) if tensor.dim() else 1
     return 0
 
 
 def _backend_label() -> tuple[str, bool]:
-    from hpu_nb.runtime import get_backend
-
     try:
         backend = get_backend()
         name = backend.device_name()
@@ -525,15 +520,13 @@ def _stage_index(stage: str) -> int:
 
 
 def _is_hpu(trainer: Any) -> bool:
-    from hpu_nb.core.accelerator import HPUAccelerator
-
     return isinstance(getattr(trainer, "accelerator", None), HPUAccelerator)
 
 
 def _execution_count() -> int | None:
     """The running cell's number in IPython; None outside IPython (then nothing is displayed automatically)."""
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # optional here: a script without IPython displays nothing automatically
     except ImportError:
         return None
     shell = get_ipython()

@@ -21,6 +21,9 @@ import html
 import time
 from typing import Any
 
+from IPython.display import display
+from ipywidgets import Widget
+
 SNAPSHOT_CLASS = "hpu-snapshot"
 
 
@@ -38,8 +41,6 @@ def snapshot_bundle(kind: str, body_html: str, text: str) -> dict[str, str]:
 
 def live_bundle(widget: Any, text: str) -> dict[str, Any]:
     """The widget-view part of a widget's mime bundle, with a one-line text (the snapshot carries the summary)."""
-    from ipywidgets import Widget
-
     data = Widget._repr_mimebundle_(widget)  # ipywidgets' own: the view reference only, whatever a subclass adds
     view = data.get("application/vnd.jupyter.widget-view+json") if data else None
     return {"application/vnd.jupyter.widget-view+json": view, "text/plain": text} if view else {"text/plain": text}
@@ -54,8 +55,6 @@ class SnapshotDisplays:
 
     def show(self, live: dict[str, Any] | None, snapshot: dict[str, str]) -> None:
         """Display the live view (when there is one) and, after it, the snapshot."""
-        from IPython.display import display
-
         if live and "application/vnd.jupyter.widget-view+json" in live:
             display(live, raw=True)
         handle = display(snapshot, raw=True, display_id=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from hpu_nb.traces.model import Trace
+from hpu_nb.traces.model import Trace, load
 from hpu_nb.traces.tables import Table, fmt_ns
 
 
@@ -79,8 +79,6 @@ def _mean_step(t: Trace) -> float:
 
 def compare(a: Trace | str, b: Trace | str, top: int = 20, labels: tuple[str, str] = ("A", "B")) -> Comparison:
     """Compare two traces (objects or paths): which ops take more self time in `b` than in `a`."""
-    from hpu_nb.traces.model import load
-
     ta = a if isinstance(a, Trace) else load(a)
     tb = b if isinstance(b, Trace) else load(b)
     return Comparison(ta, tb, top, labels)

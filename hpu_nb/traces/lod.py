@@ -11,6 +11,7 @@ by one. The payload is a few packed numpy columns (bytes) plus a small JSON-able
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,6 @@ class ViewPayload:
     @property
     def nbytes(self) -> int:
         """Bytes on the wire: the binary columns plus the JSON of the metadata (names included)."""
-        import json
-
         return len(self.data) + len(json.dumps(self.meta))
 
     def __repr__(self) -> str:
