@@ -83,6 +83,8 @@ lint: setup
 	$(VENV)/bin/lint-imports  # the import contracts in .importlinter (which layer may import which)
 	$(PY) -m mypy  # [tool.mypy] in pyproject.toml: strict on hpu_nb/core and hpu_nb/runtime
 
+# The developer's loop: no browser, nothing slow (marked in its file, or listed in tests/suite_marks.py: processes
+# started, compiles; more than ~5 s each). `make test` runs those too.
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow" --durations=10 $(XDIST)
 
