@@ -74,7 +74,8 @@ def test_every_strategy_hands_the_trained_weights_to_the_notebook(monkeypatch):
     initial = _initial_weights()
     for cell, name in zip(nb.cells[1:], CELLS, strict=True):
         result = json.loads(_stdout(cell).strip().splitlines()[-1])
-        forked = "_FSDPMultiProcessingLauncher" if "fsdp" in name else "HPUMultiProcessingLauncher"
+        forked = ("_FSDPMultiProcessingLauncher" if "fsdp" in name else
+                  "_DeepSpeedMultiProcessingLauncher" if "deepspeed" in name else "HPUMultiProcessingLauncher")
         assert result["launcher"] == forked, name  # forked workers, as Lightning requires in Jupyter
         got = {k: torch.tensor(v) for k, v in result["weights"].items()}
         assert got.keys() == expected.keys(), name

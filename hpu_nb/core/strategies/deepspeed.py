@@ -37,7 +37,7 @@ from hpu_nb.core import noise
 from hpu_nb.core.issues import Issue
 from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUParallelMixin
+from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.base import DeviceBackend
@@ -487,6 +487,11 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             )
         return optimizer, scheduler
 
+    @override
+    def _process_launcher(self, start_method: Any) -> Any:
+        """Fork / spawn: the launcher that sends the launching process whole ZeRO-3 weights."""
+        return _DeepSpeedMultiProcessingLauncher(self, start_method=start_method)
+
     def _module_has_scheduler(self) -> bool:
         from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 
@@ -512,3 +517,30 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         )
         for name, description, init_kwargs in entries:
             strategy_registry.register(name, cls, description=description, override=True, **init_kwargs)
+
+
+class _DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
+    """The fork / spawn launcher for DeepSpeed: under ZeRO-3 rank 0 hands the launching process (a notebook's kernel)
+    the whole weights.
+
+    ZeRO-3 partitions every parameter above `stage3_param_persistence_threshold` (and any a GatheredParameters block
+    gave back): rank 0's `state_dict()` then holds empty tensors, which the notebook's model refuses (size mismatch).
+    Here every rank joins the parameters' gather and rank 0 sends the gathered copy, as the FSDP launcher does.
+    """
+
+    _strategy: HPUDeepSpeedStrategy
+
+    @override
+    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:
+        if not self._strategy.zero_stage_3:
+            return super()._collect_rank_zero_results(trainer, results)
+        import deepspeed
+
+        module = trainer.lightning_module
+        with deepspeed.zero.GatheredParameters(list(module.parameters())):
+            full = {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
+        module.state_dict = lambda *args, **kwargs: full  # what Lightning's launcher saves for the launching process
+        try:
+            return super()._collect_rank_zero_results(trainer, results)
+        finally:
+            del module.state_dict
