@@ -33,9 +33,11 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from lightning_utilities import apply_to_collection
 from typing_extensions import override
 
-from hpu_nb.core import noise
+from hpu_nb.core import fp8, noise
+from hpu_nb.core.fp8.plugin import HPUFp8Mixin
 from hpu_nb.core.issues import Issue
-from hpu_nb.core.precision import HPUFp8Mixin, autocast_context
+from hpu_nb.core.mixed_precision import autocast_context
+from hpu_nb.core.precision_names import unify_precision, validate_precision
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
@@ -198,8 +200,6 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
     def _convert_for_inference(
         self, module: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
     ) -> torch.nn.Module:
-        from hpu_nb.core import fp8
-
         fp8.require_fp8()
         self._planned.append((weakref.ref(module), fp8.plan_inference(quant, fp8_data_path)))
         return module
@@ -212,8 +212,6 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
     def apply_planned_conversions(self, root: torch.nn.Module) -> torch.nn.Module:
         """Apply the planned fp8 inference conversions of `root` (the model DeepSpeed wraps) or of its submodules;
         returns the model DeepSpeed should run (`root`, unless a Gaudi toolkit handed back a new one)."""
-        from hpu_nb.core import fp8
-
         waiting = []
         for ref, plan in self._planned:
             module = ref()
@@ -234,8 +232,6 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
 
 
 def _validate_deepspeed_precision(precision: Any) -> str:
-    from hpu_nb.core.precision import unify_precision, validate_precision
-
     unified = unify_precision(precision)
     if unified not in DEEPSPEED_PRECISIONS:
         raise ValueError(
