@@ -18,6 +18,7 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
+from hpu_nb.core.issues import Issue
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.notebook.trainer_config import (
     ACCELERATORS,
@@ -25,7 +26,6 @@ from hpu_nb.notebook.trainer_config import (
     DEEPSPEED_STAGES,
     PRECISION_LABELS,
     STRATEGY_LABELS,
-    Issue,
     TrainerConfig,
     config_from,
     op_list_text,

@@ -1,66 +1,41 @@
-"""A Trainer configuration for HPU as plain data: validation, a plan of calls, `build()` and the equivalent `code`.
+"""TrainerConfig: the choices of a Trainer on HPU as plain data, which of them matter, what is wrong with them, and
+the plan of calls they mean.
 
-This is the model behind TrainerConfigWidget, kept free of widgets so it can be tested (and used) on its own. It
-lives in the notebook layer because what it builds includes notebook objects (MemoryMonitor).
-
-The Trainer is described once, as a `Plan`: a few statements (`plugin = HPUPrecisionPlugin(...)`,
-`model = plugin.convert_modules(model, ...)`, `trainer = L.Trainer(...)`). `code` renders the plan as Python and
-`build()` evaluates the same plan, so the two cannot drift apart. Which fields matter depends on the others
-(`relevant()`): a field that does not matter is ignored, never an error, so the form never shows an error that
-names a control it has disabled.
+This is the model behind TrainerConfigWidget, kept free of widgets so it can be tested (and used) on its own. The
+configuration rules are hpu_nb.core's validators; `issues()` maps this model's fields to their arguments. Which fields
+matter depends on the others (`relevant()`): a field that does not matter is ignored, never an error, so the form
+never shows an error that names a control it has disabled. `plan()` is the one description of the Trainer: `code`
+renders it (render.py) and `build()` runs it (evaluate.py).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from hpu_nb.core.issues import Issue
+from hpu_nb.core.oplists import load_op_lists
 from hpu_nb.core.precision_rules import fp8_quantize_issues, generation_issues
-from hpu_nb.core.strategies.deepspeed import ZERO_STAGES, deepspeed_issues
+from hpu_nb.core.strategies.deepspeed import deepspeed_issues
 from hpu_nb.core.strategies.fsdp import fsdp_issues
+from hpu_nb.notebook.trainer_config.choices import (
+    ACCELERATORS,
+    AUTOCAST_STYLES,
+    FP8,
+    FP8_INFERENCE,
+    MIXED,
+    PRECISIONS,
+    SETS_ITSELF,
+    STRATEGIES,
+    STRING_STRATEGIES,
+)
+from hpu_nb.notebook.trainer_config.evaluate import run_plan
+from hpu_nb.notebook.trainer_config.op_list_field import OpList, op_value
+from hpu_nb.notebook.trainer_config.plan import Call, Plan, Ref, Statement, items
+from hpu_nb.notebook.trainer_config.plan import required_names as plan_names
+from hpu_nb.notebook.trainer_config.render import autocast_snippet, offload_snippet, plan_code
 from hpu_nb.runtime import get_backend
-
-ACCELERATORS = ("hpu", "HPUAccelerator()")
-STRATEGIES = ("auto", "single", "parallel", "ddp", "deepspeed", "fsdp")
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8", "fp8-measure", "fp8-quantize")
-AUTOCAST_STYLES = ("plugin", "context", "decorator")
-DEEPSPEED_STAGES = ZERO_STAGES
-
-STRATEGY_LABELS = {
-    "auto": "auto (single for 1 device, parallel for more)",
-    "single": "single device (hpu_single)",
-    "parallel": "parallel / DDP over HCCL (hpu_parallel)",
-    "ddp": "DDP (hpu_ddp)",
-    "deepspeed": "DeepSpeed ZeRO (HPUDeepSpeedStrategy)",
-    "fsdp": "FSDP (HPUFSDPStrategy)",
-}
-PRECISION_LABELS = {
-    "32-true": "32-true (fp32)",
-    "bf16-mixed": "bf16-mixed",
-    "16-mixed": "16-mixed (fp16, Gaudi2+)",
-    "fp8": "fp8 training (Gaudi2+)",
-    "fp8-measure": "fp8 inference: 1. measure",
-    "fp8-quantize": "fp8 inference: 2. quantize",
-}
-AUTOCAST_LABELS = {"plugin": "precision plugin", "context": "with torch.autocast", "decorator": "@torch.autocast"}
-STRING_STRATEGIES = {"single": "hpu_single", "parallel": "hpu_parallel", "ddp": "hpu_ddp"}
-MIXED = ("bf16-mixed", "16-mixed")
-FP8 = ("fp8", "fp8-measure", "fp8-quantize")
-FP8_INFERENCE = ("fp8-measure", "fp8-quantize")
-SETS_ITSELF = ("accelerator", "devices", "strategy", "precision", "plugins", "profiler", "callbacks")
-
-OpList = Sequence[str] | str | None  # op names, or the path of a LOWER_LIST-style file
-
-# where each name the generated code uses comes from
-IMPORTS = {
-    "L": "import lightning as L",
-}
-HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPStrategy",
-                "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
-
 
 # the validators' arguments, by the field of this form that sets them (the rules themselves live in hpu_nb.core)
 VALIDATOR_FIELDS = {"stage": "deepspeed_stage", "deepspeed": "strategy"}
@@ -68,34 +43,6 @@ VALIDATOR_FIELDS = {"stage": "deepspeed_stage", "deepspeed": "strategy"}
 
 class InvalidConfigError(ValueError):
     """The configuration has errors; the message lists each one."""
-
-
-# -- the plan: what both `code` and `build()` come from ---------------------------------------------------------------
-@dataclass(frozen=True)
-class Ref:
-    """A name in the generated code's namespace (`model`, `plugin`) or a dotted attribute of one."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class Call:
-    """`func(*args, **kwargs)`; func is a public name (`L.Trainer`, `HPUPrecisionPlugin`) or a Ref's attribute."""
-
-    func: str
-    kwargs: tuple[tuple[str, Any], ...] = ()
-    args: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True)
-class Statement:
-    target: str  # "plugin", "model", "trainer"
-    value: Any
-    comments: tuple[str, ...] = ()  # lines above the statement
-    note: str = ""  # what the statement does (a comment line above it)
-
-
-Plan = list[Statement]
 
 
 @dataclass
@@ -236,8 +183,6 @@ class TrainerConfig:
                 "strategy" if self.precision in MIXED else "precision")
             warn(field_name, f"the op lists are not used with these choices ({why}).")
             return
-        from hpu_nb.core.oplists import load_op_lists
-
         try:
             load_op_lists(self.lower_list or None, self.fp32_list or None)
         except (ValueError, OSError) as problem:
@@ -284,13 +229,13 @@ class TrainerConfig:
             if self.op_lists:
                 for name in ("lower_list", "fp32_list"):
                     if getattr(self, name):
-                        kwargs[name] = _op_value(getattr(self, name))
+                        kwargs[name] = op_value(getattr(self, name))
             plugin = "HPUDeepSpeedPrecisionPlugin" if self.strategy == "deepspeed" else "HPUPrecisionPlugin"
-            steps.append(Statement("plugin", Call(plugin, _items(kwargs))))
+            steps.append(Statement("plugin", Call(plugin, items(kwargs))))
             convert = self._convert_call()
             if convert is not None:
                 comment, convert_kwargs = convert
-                steps.append(Statement("model", Call("plugin.convert_modules", _items(convert_kwargs),
+                steps.append(Statement("model", Call("plugin.convert_modules", items(convert_kwargs),
                                                      (Ref("model"),)), note=comment, comments=(
                     "`model`: your LightningModule, made before this code (model = MyModel())",)))
         args: dict[str, Any] = {}
@@ -313,7 +258,7 @@ class TrainerConfig:
         if self.monitor:
             args["callbacks"] = [Call("MemoryMonitor")]
         args.update(self.extra)
-        steps.append(Statement("trainer", Call("L.Trainer", _items(args))))
+        steps.append(Statement("trainer", Call("L.Trainer", items(args))))
         return steps
 
     def _convert_call(self) -> tuple[str, dict[str, Any]] | None:
@@ -343,7 +288,7 @@ class TrainerConfig:
 
     def required_names(self) -> list[str]:
         """The public names the generated code uses (each comes with its import line)."""
-        return sorted({name for step in self.plan() for name in _names(step.value)})
+        return plan_names(self.plan())
 
     # -- building -------------------------------------------------------------------------------------------------
     def build(self, model: Any = None) -> tuple[dict[str, Any], Any]:
@@ -354,12 +299,7 @@ class TrainerConfig:
                 "this configuration converts your model's layers first: pass it, e.g. kwargs, model = "
                 "cfg.build(model) or cfg.trainer_kwargs(model)."
             )
-        namespace: dict[str, Any] = {"model": model}
-        *prepare, last = self.plan()
-        for step in prepare:
-            _assign(namespace, step.target, _evaluate(step.value, namespace))
-        kwargs = {key: _evaluate(value, namespace) for key, value in last.value.kwargs}
-        return kwargs, namespace["model"]
+        return run_plan(self.plan(), model)
 
     def trainer_kwargs(self, model: Any = None) -> dict[str, Any]:
         """Keyword arguments for `L.Trainer(**cfg.trainer_kwargs())` (fp8: pass the model)."""
@@ -369,64 +309,17 @@ class TrainerConfig:
     @property
     def code(self) -> str:
         """Python that defines `trainer` as build() does; errors are listed on top as comments."""
-        lines: list[str] = []
-        errors = self.errors
-        if errors:
-            lines += ["# This configuration has errors; fix them first:"]
-            lines += [f"#   - {i.field}: " + i.message.replace("\n", "\n#     ") for i in errors]
-            lines.append("")
-        plan = self.plan()
-        names = self.required_names()
-        lines += [IMPORTS[n] for n in names if n in IMPORTS]
-        ours = [n for n in names if n in HPU_NB_NAMES]
-        if ours:
-            lines.append(f"from hpu_nb import {', '.join(ours)}")
-        lines.append("")
-        for snippet in (self._autocast_snippet(), self.offload_snippet()):
-            if snippet:
-                lines += snippet + [""]
-        *prepare, last = plan
-        for step in prepare:
-            lines += [f"# {c}" for c in step.comments]
-            if step.note:  # above the statement, not after it: the lines stay short enough for the panel
-                lines.append(f"# {step.note}")
-            lines += _statement_lines(step.target, step.value)
-        if prepare:
-            lines.append("")
-        lines.append(f"{last.target} = {last.value.func}(")
-        lines += [f"    {key}={_render(value)}," for key, value in last.value.kwargs]
-        lines.append(")")
-        return "\n".join(lines) + "\n"
+        return plan_code(self.plan(), self.errors, (self._autocast_snippet(), self.offload_snippet()))
 
     def _autocast_snippet(self) -> list[str]:
         if not self.relevant("autocast") or self.autocast == "plugin":
             return []
-        dtype = "torch.bfloat16" if self.precision == "bf16-mixed" else "torch.float16"
         backend = get_backend()
-        device = backend.autocast_device_type
-        where = f"{backend.kind} autocasts on {device!r}"
-        call = f'torch.autocast(device_type="{device}", dtype={dtype})'
-        how = {"context": "a torch.autocast context", "decorator": "the @torch.autocast decorator"}[self.autocast]
-        lines = [f"# {self.precision} with {how} in your LightningModule "
-                 f"({where}); the Trainer itself stays in 32-true:", "#", "#     import torch", "#",
-                 "#     class MyModel(L.LightningModule):"]
-        if self.autocast == "context":
-            lines += ["#         def forward(self, x):", f"#             with {call}:",
-                      "#                 return self.net(x)"]
-        else:
-            lines += [f"#         @{call}", "#         def forward(self, x):", "#             return self.net(x)"]
-        return lines
+        return autocast_snippet(self.precision, self.autocast, backend.autocast_device_type, backend.kind)
 
     def offload_snippet(self) -> list[str]:
         """ZeRO-Offload: the configure_optimizers to paste into the LightningModule (commented code lines)."""
-        if not self.offloads:
-            return []
-        return ["# ZeRO-Offload steps the optimizer on the CPU with DeepSpeed's own optimizer",
-                "# (it refuses a torch one): return it from your LightningModule's",
-                "# configure_optimizers, with the learning rate you want:",
-                "#", "#     from deepspeed.ops.adam import DeepSpeedCPUAdam", "#",
-                "#     class MyModel(L.LightningModule):", "#         def configure_optimizers(self):",
-                f"#             return DeepSpeedCPUAdam(self.parameters(), lr={self.offload_lr:g})"]
+        return offload_snippet(self.offload_lr) if self.offloads else []
 
     # -- convenience -------------------------------------------------------------------------------------------
     def replace(self, **changes: Any) -> TrainerConfig:
@@ -435,109 +328,6 @@ class TrainerConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
-
-
-# -- rendering and evaluating the plan -------------------------------------------------------------------------------
-def _items(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(kwargs.items())
-
-
-def _names(value: Any) -> Iterable[str]:
-    """Public names a plan value uses (not namespace variables)."""
-    if isinstance(value, Call):
-        head = value.func.split(".")[0]
-        if head in IMPORTS or head in HPU_NB_NAMES:
-            yield head
-        for item in list(value.args) + [v for _, v in value.kwargs]:
-            yield from _names(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _names(item)
-
-
-def _statement_lines(target: str, value: Any, width: int = 80) -> list[str]:
-    """`target = value` on one line, or, when longer than `width`, one argument per line (as the Trainer call)."""
-    line = f"{target} = {_render(value)}"
-    if len(line) <= width or not isinstance(value, Call):
-        return [line]
-    args = [_render(a) for a in value.args] + [f"{k}={_render(v)}" for k, v in value.kwargs]
-    return [f"{target} = {value.func}("] + [f"    {a}," for a in args] + [")"]
-
-
-def _render(value: Any) -> str:
-    if isinstance(value, Ref):
-        return value.name
-    if isinstance(value, Call):
-        parts = [_render(a) for a in value.args] + [f"{k}={_render(v)}" for k, v in value.kwargs]
-        return f"{value.func}({', '.join(parts)})"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_render(v) for v in value) + "]"
-    return repr(value)
-
-
-def _resolve(func: str, namespace: dict[str, Any]) -> Any:
-    head, *rest = func.split(".")
-    if head in namespace:
-        obj = namespace[head]
-    elif head == "L":
-        obj = importlib.import_module("lightning")
-    elif head in HPU_NB_NAMES:
-        obj = getattr(importlib.import_module("hpu_nb"), head)
-    else:
-        raise NameError(f"the plan uses an unknown name {head!r}")
-    for attr in rest:
-        obj = getattr(obj, attr)
-    return obj
-
-
-def _evaluate(value: Any, namespace: dict[str, Any]) -> Any:
-    if isinstance(value, Ref):
-        return _resolve(value.name, namespace)
-    if isinstance(value, Call):
-        args = [_evaluate(a, namespace) for a in value.args]
-        kwargs = {k: _evaluate(v, namespace) for k, v in value.kwargs}
-        return _resolve(value.func, namespace)(*args, **kwargs)
-    if isinstance(value, list):
-        return [_evaluate(v, namespace) for v in value]
-    return value
-
-
-def _assign(namespace: dict[str, Any], target: str, value: Any) -> None:
-    head, *rest = target.split(".")
-    if not rest:
-        namespace[head] = value
-        return
-    obj = namespace[head]
-    for attr in rest[:-1]:
-        obj = getattr(obj, attr)
-    setattr(obj, rest[-1], value)
-
-
-def _op_value(value: OpList) -> Any:
-    if isinstance(value, str):
-        return value  # a file path
-    return list(value or ())
-
-
-def parse_op_list(text: str) -> OpList:
-    """What a user typed in an op-list field: a file path (contains '/' or ends in .txt), or op names."""
-    text = (text or "").strip()
-    if not text:
-        return None
-    if "/" in text or text.endswith(".txt") or text.startswith("."):
-        return text
-    names = [part for chunk in text.replace(";", ",").split(",") for part in chunk.split()]
-    return [n for n in names if n]
-
-
-def op_list_text(value: OpList) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return ", ".join(value)
 
 
 def config_from(values: Iterable[tuple[str, Any]]) -> TrainerConfig:
