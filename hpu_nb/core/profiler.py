@@ -88,7 +88,7 @@ class HPUProfiler(PyTorchProfiler):
         """`activities` plus the HPU activity on a Gaudi (lightning-habana's name). The emulated Gaudi has no HPU
         activity to record: the list comes back unchanged (the trace metadata says CPU activity only)."""
         activities = list(activities or [])
-        if self._backend.is_emulated:
+        if not self._backend.records_hpu_activity:
             return activities
         hpu = getattr(torch.profiler.ProfilerActivity, "HPU", None)  # looked up now: habana_frameworks replaces it
         if hpu is None:
@@ -231,7 +231,7 @@ class HPUProfiler(PyTorchProfiler):
 
     def __repr__(self) -> str:
         acts = ", ".join(_activity_name(a) for a in self.activities) or "none"
-        note = f" ({EMULATED_NOTE})" if self._backend.is_emulated else ""
+        note = "" if self._backend.records_hpu_activity else f" ({EMULATED_NOTE})"
         return f"HPUProfiler(dirpath={self.dirpath!r}, filename={self.filename!r}, activities=[{acts}]){note}"
 
 
@@ -246,7 +246,7 @@ def _device_info(backend: Any) -> dict[str, Any]:
         info["device"] = backend.device_name()
     except Exception as err:
         log.debug("HPUProfiler could not read the device name: %s", err)
-    if backend.is_emulated:
+    if not backend.records_hpu_activity:
         info["note"] = EMULATED_NOTE
     return info
 
