@@ -264,7 +264,7 @@ def test_headless_cell_output_gets_the_summary() -> None:
     final = updates[-1][0]
     assert updates[-1][1]["transient"]["display_id"] == snapshots[1][1]["transient"]["display_id"]
     assert "Peak (MaxInUse)" in final["text/plain"] and "headroom" in final["text/plain"]
-    assert "<svg" in final["text/html"] and "emulated GAUDI2 on the CPU" in final["text/html"]
+    assert "<svg" in final["text/html"] and "GAUDI2 (emulated)" in final["text/html"]
 
 
 def test_points_pack_exactly() -> None:

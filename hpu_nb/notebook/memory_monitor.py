@@ -506,11 +506,10 @@ def _size_of(batch: Any) -> int:
 
 
 def _backend_label() -> tuple[str, bool]:
+    """(the chart's device label, whether the device is emulated): the backend's own device_label()."""
     try:
         backend = get_backend()
-        name = backend.device_name()
-        label = f"emulated {name} on the CPU" if backend.is_emulated else f"Intel Gaudi {name}"
-        return label, bool(backend.is_emulated)
+        return backend.device_label(), bool(backend.is_emulated)
     except Exception as err:
         return f"device unknown ({type(err).__name__})", False
 
