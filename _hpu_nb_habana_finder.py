@@ -26,7 +26,8 @@ class HabanaFallbackFinder:  # a MetaPathFinder, duck-typed: importlib.abc would
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in (PACKAGE, TE_PACKAGE):
             return None
-        from hpu_nb.emulator import habana  # also installs hpu_nb's own finder (torch.hpu); idempotent
+        # this also installs hpu_nb's own finder (torch.hpu); idempotent
+        from hpu_nb.emulator import habana  # noqa: PLC0415 -- lazy: a start-up module imports hpu_nb only when asked
 
         return habana.emulated_spec(fullname)
 

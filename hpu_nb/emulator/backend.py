@@ -6,17 +6,19 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from hpu_nb.emulator import habana as emulated_habana
 from hpu_nb.emulator import hpu_device
+from hpu_nb.emulator.fp8.engine import EmulatedFp8Engine
+from hpu_nb.emulator.hpu_device import autocast
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
 from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import EMULATED_RELEASE, Generation, Release
 
 
 def _versions_of_python_stack() -> Versions:
-    from importlib.metadata import PackageNotFoundError, version
-
     def _v(dist: str) -> str | None:
         try:
             return version(dist)
@@ -38,8 +40,6 @@ class EmulatedBackend(DeviceBackend):
         memory_limit: int | str | None = None,
         device_count: int | None = None,
     ) -> None:
-        from hpu_nb.emulator import habana as emulated_habana
-
         config = hpu_device.config_from_environment(generation, memory_limit, device_count)
         super().__init__(*emulated_habana.load_surface())
         hpu_device.load(config)
@@ -81,8 +81,6 @@ class EmulatedBackend(DeviceBackend):
     def fp8_engine(self) -> Any:
         """fp8 numerics on the CPU, in layers and files shaped like Habana's transformer engine and INC's."""
         if self._fp8 is None:
-            from hpu_nb.emulator.fp8.engine import EmulatedFp8Engine
-
             self._fp8 = EmulatedFp8Engine()
         return self._fp8
 
@@ -111,8 +109,6 @@ class EmulatedBackend(DeviceBackend):
 
     def load_autocast_lists(self) -> tuple[bool, str]:
         """The emulated card can reload its lists at any time (a Gaudi reads them only when its software loads)."""
-        from hpu_nb.emulator.hpu_device import autocast
-
         autocast.register(autocast.lists_from_environment())
         lower_env, fp32_env = self.op_list_envs()
         return True, (

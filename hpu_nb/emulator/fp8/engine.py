@@ -14,6 +14,7 @@ optimised scales, other observers, other module types) is refused by name.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -164,8 +165,6 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
                 "convert_modules(model, inference=True, quant=False).")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        import json
-
         tmp.write_text(json.dumps(recorder.document(), indent=1), encoding="utf-8")
         tmp.replace(path)
         for hook in recorder.hooks:

@@ -63,7 +63,7 @@ class Fp8State:
 
 def fp8_support() -> tuple[bool, str]:
     """(available, reason) for the emulated card in force: fp8 needs Gaudi2 or newer, as on a Gaudi."""
-    from hpu_nb.emulator import hpu_device
+    from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- lazy: the emulated card; core imports this on a Gaudi too
 
     return hpu_device.card_config().generation.fp8_support()
 

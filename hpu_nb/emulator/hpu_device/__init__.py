@@ -17,6 +17,9 @@ import os
 import threading
 from dataclasses import dataclass
 
+import torch
+
+from hpu_nb.emulator.hpu_device import autocast, backward, build, habana_ops, hccl
 from hpu_nb.runtime.env import parse_size
 from hpu_nb.runtime.generations import GENERATIONS, Generation
 
@@ -116,8 +119,6 @@ def is_loaded() -> bool:
 def load_library_if_built() -> bool:
     """Load the device library when it is already built (cheap: what `import torch` does through the autoload)."""
     global _library
-    from hpu_nb.emulator.hpu_device import build
-
     with _lock:
         if _library is None:
             path = build.library_path()
@@ -138,8 +139,6 @@ def load(config: CardConfig | None = None) -> CardConfig:
     with _lock:
         if not _active:
             if _library is None:
-                from hpu_nb.emulator.hpu_device import build
-
                 if _hpu_device_taken():
                     raise DeviceConflictError(
                         "The `hpu` device is already provided in this process (by Habana's own software,"
@@ -160,10 +159,6 @@ def announce() -> bool:
     """Have torch know the `hpu` device from now (torch.accelerator is hpu), configuring and using nothing: what
     loading Habana's library does on a Gaudi (its HPU hooks always answer hasHPU). For the test fake of a Gaudi;
     the emulated Gaudi announces itself when first used (load). False when the library is not built."""
-    import torch
-
-    from hpu_nb.emulator.hpu_device import backward
-
     if not load_library_if_built():
         return False
     torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
@@ -174,8 +169,6 @@ def announce() -> bool:
 def configure(config: CardConfig) -> None:
     """Set the card's Limit and name (what a different emulated machine would have); counters are kept."""
     global _config
-    import torch
-
     with _lock:
         if not _active:
             load(config)
@@ -186,45 +179,31 @@ def configure(config: CardConfig) -> None:
 
 def memory_stats() -> dict[str, int]:
     """The card's ten Gaudi memory counters, exact to the byte."""
-    import torch
-
     return dict(zip(MEMORY_STAT_KEYS, torch.ops.hpu_emu.memory_stats()))
 
 
 def reset_peak_memory_stats() -> None:
-    import torch
-
     torch.ops.hpu_emu.reset_peak_memory_stats()
 
 
 def fresh_card() -> None:
     """Start an empty card, as a forked process gets: counters at zero, earlier tensors no longer counted."""
-    import torch
-
     load()
     torch.ops.hpu_emu.fresh_card()
 
 
 def _hpu_device_taken() -> bool:
     """Whether something else (Habana's software) already provides kernels for the `hpu` device."""
-    import torch
-
     return _library is None and torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "HPU")
 
 
 def _load_library(path: object) -> str:
-    import torch
-
     torch.ops.load_library(str(path))
     return str(path)
 
 
 def _activate() -> None:
     """Everything the emulated Gaudi sets up when first used: its HPU hooks, autocast lists, Habana ops, HCCL."""
-    import torch
-
-    from hpu_nb.emulator.hpu_device import autocast, backward, habana_ops, hccl
-
     if not torch.ops.hpu_emu.activate():
         raise DeviceLoadedTooLateError(
             "torch looked up its HPU support before hpu_nb could load the emulated `hpu` device in this process, so"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from hpu_nb.emulator.hpu_device import build
+
 MOVED = {"deepspeed-ops": "python -m hpu_nb.core.strategies.deepspeed_ops"}
 
 
@@ -19,8 +21,6 @@ def main(argv: list[str]) -> int:
     if set(targets) != {"device"}:
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
-    from hpu_nb.emulator.hpu_device import build
-
     print(build.build())
     return 0
 

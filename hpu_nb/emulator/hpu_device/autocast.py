@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass
 from enum import IntEnum
 
+import torch
+
 from hpu_nb.runtime.files import read_small_file
 from hpu_nb.runtime.generations import EMULATED_RELEASE, FP32_LIST_ENV, LOWER_LIST_ENV
 
@@ -116,8 +118,6 @@ def aten_op_overloads() -> dict[str, tuple[str, ...]]:
 
     `out=` and in-place overloads are left out, as Habana registers only the `at::` functions of each name.
     """
-    import torch
-
     overloads: dict[str, list[str]] = {}
     for qualified in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = qualified.partition("::")
@@ -132,8 +132,6 @@ def aten_op_overloads() -> dict[str, tuple[str, ...]]:
 
 def register(lists: AutocastLists) -> None:
     """Install `lists` at the AutocastHPU key of the loaded device library (replacing what was there)."""
-    import torch
-
     overloads = aten_op_overloads()
     torch.ops.hpu_emu.clear_autocast()
     for name, policy in lists.policies().items():

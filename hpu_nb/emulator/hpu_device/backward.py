@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch.autograd.variable import Variable
+
 
 class CallingThreadEngine:
     """torch's autograd engine, with each backward pass run on the thread that asked for it."""
@@ -23,8 +26,6 @@ class CallingThreadEngine:
         self._engine = engine
 
     def run_backward(self, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
         with torch.autograd.set_multithreading_enabled(False):
             return self._engine.run_backward(*args, **kwargs)
 
@@ -34,7 +35,5 @@ class CallingThreadEngine:
 
 def install() -> None:
     """Route torch's backward passes through CallingThreadEngine (once per process)."""
-    from torch.autograd.variable import Variable
-
     if not isinstance(Variable._execution_engine, CallingThreadEngine):
         Variable._execution_engine = CallingThreadEngine(Variable._execution_engine)

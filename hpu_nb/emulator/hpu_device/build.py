@@ -13,15 +13,23 @@ HOME on some clusters) and HPU_NB_CACHE_DIR was not set, the library goes to a p
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import hashlib
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-# fcntl, shutil, signal, subprocess, tempfile and time are imported where a build needs them: torch's autoload imports
-# this module on every `import torch` only to find the built library (benchmarks/bench_autoload.py).
+# torch is imported where it is needed: the compiler's guard runs this file as a script (`python -S`, no site-packages)
+# and must start without it. The standard modules above are loaded by `import torch` anyway (torch's autoload imports
+# this module on every `import torch` to find the built library: benchmarks/bench_autoload.py).
 
 SOURCE = Path(__file__).with_name("hpu_device.cpp")
 CACHE_ENV = "HPU_NB_CACHE_DIR"
@@ -49,8 +57,6 @@ def cache_dir() -> Path:
 
 def fallback_cache_dir() -> Path:
     """Where the library goes when the default cache directory cannot be written: a per-user temp folder."""
-    import tempfile
-
     return Path(tempfile.gettempdir()) / f"hpu_nb-cache-{os.getuid()}"
 
 
@@ -62,8 +68,6 @@ def _library_dirs() -> list[Path]:
 
 
 def _compiler() -> str | None:
-    import shutil
-
     for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if candidate and shutil.which(candidate):
             return candidate
@@ -72,7 +76,7 @@ def _compiler() -> str | None:
 
 def library_name() -> str:
     """The library's file name for this source and this torch."""
-    import torch
+    import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
 
     key = hashlib.sha256()
     key.update(SOURCE.read_bytes())
@@ -93,8 +97,8 @@ def library_path() -> Path:
 
 
 def compile_command(compiler: str, output: Path) -> list[str]:
-    import torch
-    from torch.utils import cpp_extension
+    import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
+    from torch.utils import cpp_extension  # noqa: PLC0415 -- lazy: costs ~0.5 s, only a build needs it
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w"]
@@ -111,9 +115,6 @@ def build(quiet: bool = False) -> Path:
     target = library_path()
     if target.exists():
         return target
-    import fcntl
-    import time
-
     compiler = _compiler()
     if compiler is None:
         raise DeviceBuildError(
@@ -168,8 +169,6 @@ def _open_writable_dir() -> tuple[Path, object]:
 
 
 def _make_partial_dir(directory: Path) -> str:
-    import tempfile
-
     return tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{os.getpid()}-", dir=directory)
 
 
@@ -179,17 +178,12 @@ def _remove_partial_builds(directory: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    import shutil
-
     shutil.rmtree(path, ignore_errors=True)
 
 
 def _run_guarded(command: list[str]) -> tuple[int, str]:
     """Run the compiler under a guard process (this file run as a script) that dies with us and takes the compiler's
     whole process group (driver, cc1plus, as, ld) with it. On an exception here (Ctrl-C) the guard is stopped too."""
-    import signal
-    import subprocess
-
     guard = subprocess.Popen(
         [sys.executable, "-S", __file__, "--guard", str(os.getpid()), *command],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent_hook(),
@@ -206,9 +200,6 @@ def _run_guarded(command: list[str]) -> tuple[int, str]:
 def _die_with_parent_hook() -> Callable[[], None] | None:
     """For the guard, before exec: receive SIGTERM when the building process dies (Linux's PR_SET_PDEATHSIG). libc is
     looked up here, in the parent: the forked child only makes the call (no dlopen between fork and exec)."""
-    import ctypes
-    import signal
-
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the guard still stops the compiler on a Ctrl-C
@@ -218,9 +209,6 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
 def _guard(parent: int, command: list[str]) -> int:
     """Run `command` in a process group of its own; on SIGTERM/SIGINT/SIGHUP (or `parent` gone) kill that group."""
-    import signal
-    import subprocess
-
     compiler = subprocess.Popen(command, start_new_session=True)
 
     def stop(signum: int, frame: object) -> None:
@@ -236,7 +224,7 @@ def _guard(parent: int, command: list[str]) -> int:
 
 
 def _torch_version() -> str:
-    import torch
+    import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
 
     return torch.__version__
 

@@ -8,6 +8,7 @@ host memory, so results land in the hpu tensors with no copy.
 from __future__ import annotations
 
 import atexit
+import importlib
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -235,8 +236,6 @@ def _destroy_if_initialized() -> None:
 
 def _create_at_first_use(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedHCCL:
     """Import the emulated habana_frameworks HCCL module (the device, and its registration of "hccl"), then create."""
-    import importlib
-
     importlib.import_module("habana_frameworks.torch.distributed.hccl")
     return _create(store, rank, size, timeout)
 

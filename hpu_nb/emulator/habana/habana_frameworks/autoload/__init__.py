@@ -12,13 +12,13 @@ import os
 import sys
 from typing import Any
 
+from hpu_nb.runtime.generations import EMULATED_RELEASE
+
 __emulated__ = True
 _loaded_here = False
 
 
 def is_autoload_enabled() -> bool:
-    from hpu_nb.runtime.generations import EMULATED_RELEASE
-
     return EMULATED_RELEASE.autoloads(os.environ)
 
 
@@ -30,7 +30,7 @@ def __autoload() -> None:
     global _loaded_here
     if _is_loaded() or not is_autoload_enabled():
         return
-    import habana_frameworks.torch  # noqa: F401
+    import habana_frameworks.torch  # noqa: F401, PLC0415 -- lazy: the entry point imports torch only when called
 
     _loaded_here = True
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from habana_frameworks.torch.utils.internal import is_lazy
+from torch.utils.checkpoint import DefaultDeviceType
 
 from hpu_nb.emulator import hpu_device
 from hpu_nb.runtime import compile_backend, env
@@ -50,8 +52,6 @@ def _lazy_init() -> None:
             return
         hpu_device.load()
         # As Habana does: activation checkpointing keeps hpu RNG state, not CUDA's.
-        from torch.utils.checkpoint import DefaultDeviceType
-
         DefaultDeviceType.set_device_type("hpu")
         _initialized = True
 
@@ -395,15 +395,13 @@ _GRAPH_NAMES = ("HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "
 
 def __getattr__(name: str) -> Any:
     if name in _GRAPH_NAMES:
-        from habana_frameworks.torch.utils.internal import is_lazy
-
         if not is_lazy():
             raise AttributeError(
                 f"habana_frameworks.torch.hpu.{name}: HPU graphs run in lazy mode only (as on a Gaudi). Set"
                 " PT_HPU_LAZY_MODE=1 before the first use, or in eager mode compile the model instead:"
                 " torch.compile(model, backend='hpu_backend')."
             )
-        from habana_frameworks.torch.hpu import graphs
+        from habana_frameworks.torch.hpu import graphs  # noqa: PLC0415 -- lazy: as Habana's, in lazy mode only
 
         return getattr(graphs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,10 @@ from collections.abc import Iterable
 from types import MethodType
 from typing import Any
 
+import habana_frameworks.torch.core as htcore
 import torch
+from habana_frameworks.torch.hpu.graphs import input_hash
+from habana_frameworks.torch.hpu.metrics import metric_localcontext
 from torch.utils.data import DataLoader
 
 __emulated__ = True
@@ -39,10 +42,6 @@ class _Detector:
 
 
 def _wrap_forward(module: torch.nn.Module, name: str, level: int, detector: _Detector) -> None:
-    import habana_frameworks.torch.core as htcore
-    from habana_frameworks.torch.hpu.graphs import input_hash
-    from habana_frameworks.torch.hpu.metrics import metric_localcontext
-
     original = module.forward
     seen_in: set[int] = set()
     seen_out: set[int] = set()

@@ -11,6 +11,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe as te_recipe
+
 from hpu_nb.emulator.fp8.training import Fp8State, fp8_region, fp8_support
 
 __emulated__ = True
@@ -62,8 +64,6 @@ def fp8_autocast(
     higher-precision run. fp8_group (the group amaxes are reduced over) and force_measurement are accepted; one
     emulated card per process keeps its own amaxes.
     """
-    from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe as te_recipe
-
     if fp8_recipe is not None and not isinstance(fp8_recipe, te_recipe.DelayedScaling):
         raise TypeError(f"fp8_recipe must be a recipe.DelayedScaling, got {type(fp8_recipe).__name__}.")
     with fp8_region(enabled, fp8_recipe if fp8_recipe is not None else te_recipe.DelayedScaling(), calibrating):
