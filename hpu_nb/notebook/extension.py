@@ -2,26 +2,34 @@
 HPUProfiler.show() opens (hpu_nb.traces.viewer_registry), and makes HPU Trainers print one line naming the backend
 instead of Lightning's GPU / TPU lines (`hpu_nb.core.trainer_output`).
 
+What it registers is imported with it: loading calls trainer_output.install(), which brings Lightning anyway. Only
+the trace viewer waits until a trace is shown (its widgets: anywidget, ipywidgets).
+
 Loading twice is harmless (the same functions are registered again); `%unload_ext hpu_nb` removes the magics and the
 formatter. In plain IPython the magics print text.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any
+
+from hpu_nb.core import trainer_output
+from hpu_nb.notebook.info import hpu_info
+from hpu_nb.runtime.base import DeviceBackend
+from hpu_nb.traces.viewer_registry import register_trace_viewer, registered_trace_viewer
 
 LINE_MAGICS = ("hpu_info", "hpu_trace")
 
 
 def hpu_info_magic(line: str = "") -> None:
     """%hpu_info [--text] [--timeout S]: backend, devices, memory, versions and flags."""
-    from hpu_nb.notebook.info import hpu_info
-
     hpu_info(line)
 
 
 def hpu_trace_magic(line: str = "") -> Any:
     """%hpu_trace PATH: open a profiler trace in the inline viewer."""
+    # start-up cost: the viewer brings anywidget, ipywidgets and IPython's display (~0.5 s), not loaded by %load_ext
     from hpu_nb.notebook.trace_viewer import hpu_trace_magic as magic
 
     return magic(line)
@@ -29,6 +37,7 @@ def hpu_trace_magic(line: str = "") -> Any:
 
 def open_trace_viewer(path: str, **options: Any) -> Any:
     """HPUProfiler.show()'s viewer once `%load_ext hpu_nb` ran: imported on first use (anywidget is not cheap)."""
+    # start-up cost: as in hpu_trace_magic, the viewer's widgets are loaded when a trace is first shown
     from hpu_nb.notebook.trace_viewer import TraceViewer
 
     return TraceViewer(path, **options)
@@ -39,8 +48,6 @@ hpu_trace_magic.__name__ = "hpu_trace"
 
 
 def _backend_html(backend: Any) -> str:
-    import html
-
     kind = "emulated" if backend.is_emulated else "real"
     colour = "#fff3cd" if backend.is_emulated else "#d8f0dc"
     return (
@@ -51,10 +58,6 @@ def _backend_html(backend: Any) -> str:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and the backend's HTML formatter, quiet HPU Trainers' device lines (idempotent)."""
-    from hpu_nb.core import trainer_output
-    from hpu_nb.runtime.base import DeviceBackend
-    from hpu_nb.traces.viewer_registry import register_trace_viewer, registered_trace_viewer
-
     trainer_output.install()
     if registered_trace_viewer() is None:  # the TraceViewer class itself once trace_viewer.py was imported
         register_trace_viewer(open_trace_viewer)
@@ -67,9 +70,6 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove what load_ipython_extension added; harmless when it was never loaded."""
-    from hpu_nb.runtime.base import DeviceBackend
-    from hpu_nb.traces.viewer_registry import register_trace_viewer, registered_trace_viewer
-
     if registered_trace_viewer() is open_trace_viewer:
         register_trace_viewer(None)
     line_magics = ipython.magics_manager.magics.get("line", {})
