@@ -19,6 +19,7 @@ from collections.abc import Generator
 from typing import Any
 
 import torch
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from hpu_nb.core.fp8 import fp8_autocast
 from hpu_nb.core.precision_names import autocast_dtype
@@ -69,8 +70,6 @@ def loss_scaler(precision: str, scaler: Any = None, *, sharded: bool = False) ->
     if precision != "16-mixed":
         return None
     if sharded:
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler  # torch.distributed: FSDP only
-
         return ShardedGradScaler(device=autocast_device_type())
     return torch.amp.GradScaler(autocast_device_type())
 

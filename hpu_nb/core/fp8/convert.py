@@ -17,6 +17,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from hpu_nb.core.fp8.inference import prepare_inference
 from hpu_nb.core.precision_names import UnsupportedPrecisionError
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.fp8.transformer_engine import te_recipe
 
 
 def require_fp8() -> None:
@@ -83,6 +84,4 @@ def fp8_autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
 
 def to_te_recipe(recipe: Any) -> Any:
     """The transformer engine's te.recipe.DelayedScaling for ours / a dict; a te recipe passes through."""
-    from hpu_nb.runtime.fp8.transformer_engine import te_recipe
-
     return te_recipe(recipe)
