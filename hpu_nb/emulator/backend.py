@@ -6,26 +6,15 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from hpu_nb.emulator import habana as emulated_habana
 from hpu_nb.emulator import hpu_device
 from hpu_nb.emulator.fp8.engine import EmulatedFp8Engine
 from hpu_nb.emulator.hpu_device import autocast
-from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
+from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions, python_stack_versions
 from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import EMULATED_RELEASE, Generation, Release
-
-
-def _versions_of_python_stack() -> Versions:
-    def _v(dist: str) -> str | None:
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            return None
-
-    return Versions(torch=_v("torch"), lightning=_v("lightning") or _v("pytorch-lightning"))
 
 
 class EmulatedBackend(DeviceBackend):
@@ -89,7 +78,7 @@ class EmulatedBackend(DeviceBackend):
         return True, ""
 
     def versions(self) -> Versions:
-        return _versions_of_python_stack()
+        return python_stack_versions()
 
     def settings_not_in_force(self) -> list[str]:
         """HPU_NB_DEVICE / _MEMORY_LIMIT / _DEVICE_COUNT changed after the emulated card started: it keeps its own."""

@@ -12,6 +12,9 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from hpu_nb.emulator.habana import real_habana_spec
+from hpu_nb.runtime.env import lazy_mode_from_env
+
 if TYPE_CHECKING:
     from hpu_nb.runtime.base import DeviceBackend
 
@@ -30,8 +33,8 @@ __all__ = [
     "set_backend",
 ]
 
-# Loaded on first use: torch's autoload imports hpu_nb.emulator.habana (and so this package) on every
-# `import torch`, which must stay cheap.
+# Loaded on first use: torch's autoload imports hpu_nb.runtime.generations (and so this package) on every
+# `import torch`, which must stay cheap; so are the backends below (logging, subprocess, torch, the device).
 _LAZY = {
     "MEMORY_STAT_KEYS": "hpu_nb.runtime.base",
     "DeviceBackend": "hpu_nb.runtime.base",
@@ -64,35 +67,32 @@ def _create_backend() -> DeviceBackend:
     if choice not in BACKEND_CHOICES:
         raise ValueError(f"HPU_NB_BACKEND={choice!r} is not valid; choose one of: {', '.join(BACKEND_CHOICES)}.")
     if choice == "emulated":
-        from hpu_nb.emulator.backend import EmulatedBackend
+        from hpu_nb.emulator.backend import EmulatedBackend  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
 
         return EmulatedBackend()
-    from hpu_nb.emulator.habana import real_habana_spec
-    from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi
+    from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
 
     if real_habana_spec() is not None:  # before Habana's import, whose HCCL module does int(PT_HPU_LAZY_MODE)
-        from hpu_nb.runtime.env import lazy_mode_from_env
-
         lazy_mode_from_env(default=False)  # only checks the value: the mode is Habana's to decide
     found, reason = probe_gaudi()
     if found:
         return GaudiBackend()
     if choice == "gaudi":
-        from hpu_nb.runtime.base import HPUNotAvailableError
+        from hpu_nb.runtime.base import HPUNotAvailableError  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
 
         raise HPUNotAvailableError(
             f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
             "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
         )
     if real_habana_spec() is not None:
-        from hpu_nb.runtime.base import HPUNotAvailableError
+        from hpu_nb.runtime.base import HPUNotAvailableError  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
 
         raise HPUNotAvailableError(
             f"Habana's software is installed but no Gaudi can be used here: {reason}. The emulated Gaudi cannot run"
             " beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python with"
             " PT_HPU_AUTOLOAD=0 and HPU_NB_BACKEND=emulated to train on the emulated Gaudi."
         )
-    from hpu_nb.emulator.backend import EmulatedBackend
+    from hpu_nb.emulator.backend import EmulatedBackend  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
 
     return EmulatedBackend()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from hpu_nb.runtime.env import VISIBLE_MODULES_ENV, lazy_mode_from_env, visible_modules
@@ -65,6 +66,18 @@ class Versions:
     firmware: str | None = None
     driver: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def python_stack_versions() -> Versions:
+    """The installed torch and Lightning, from their distributions' metadata (nothing is imported)."""
+
+    def installed(distribution: str) -> str | None:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            return None
+
+    return Versions(torch=installed("torch"), lightning=installed("lightning") or installed("pytorch-lightning"))
 
 
 class DeviceBackend(ABC):
@@ -155,7 +168,7 @@ class DeviceBackend(ABC):
 
     def root_device(self, index: int = 0) -> Any:
         """The torch.device Lightning places the model on: this process's card, hpu:0 (one card per process)."""
-        import torch
+        import torch  # noqa: PLC0415 -- lazy: on a Gaudi `import torch` loads Habana's software; the seam imports torch-free
 
         return torch.device("hpu", index)
 
@@ -243,7 +256,7 @@ class DeviceBackend(ABC):
 
 def iter_tensors(obj: Any) -> Iterator[Any]:
     """Every torch.Tensor inside nested lists / tuples / dicts."""
-    import torch
+    import torch  # noqa: PLC0415 -- lazy: on a Gaudi `import torch` loads Habana's software; the seam imports torch-free
 
     if isinstance(obj, torch.Tensor):
         yield obj

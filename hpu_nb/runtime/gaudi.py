@@ -18,10 +18,13 @@ import os
 import threading
 import time
 import warnings
+from importlib import metadata
 from typing import Any
 
+from hpu_nb.emulator.habana import is_emulated_module, real_habana_spec
 from hpu_nb.runtime import hlml, hlsmi
-from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions
+from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions, python_stack_versions
+from hpu_nb.runtime.compile_backend import make_way_for_habana
 from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import GENERATIONS, Generation, Release, generation_from_name, release_from_version
 
@@ -36,12 +39,8 @@ FACTS_TTL_S = 1.0  # live facts younger than this are served from the cache
 
 def _import_runtime() -> tuple[Any, Any]:
     """(htcore, hthpu) of Habana's software: core first, as Habana's docs require, then the hpu module."""
-    from hpu_nb.emulator.habana import is_emulated_module, real_habana_spec
-
     if real_habana_spec() is None:
         raise ImportError("habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)")
-    from hpu_nb.runtime.compile_backend import make_way_for_habana
-
     make_way_for_habana()  # Habana registers "hpu_backend" on import; torch may have registered hpu_nb's meanwhile
     htcore = importlib.import_module(CORE_MODULE)
     hthpu = importlib.import_module(HPU_MODULE)
@@ -52,8 +51,6 @@ def _import_runtime() -> tuple[Any, Any]:
 
 def probe_gaudi() -> tuple[bool, str]:
     """(found, reason): whether habana_frameworks imports and sees at least one Gaudi. Never raises."""
-    from hpu_nb.emulator.habana import real_habana_spec
-
     try:
         if real_habana_spec() is None:
             return False, "habana_frameworks is not installed (it ships in Intel's Gaudi images, not on PyPI)"
@@ -91,11 +88,9 @@ def plugin_release() -> Release | None:
 
 
 def plugin_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
-        return version(PLUGIN_DISTRIBUTION)
-    except PackageNotFoundError:
+        return metadata.version(PLUGIN_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
         return None
 
 
@@ -150,7 +145,7 @@ class GaudiBackend(DeviceBackend):
     def fp8_engine(self) -> Any:
         """Habana's transformer engine for training, Intel Neural Compressor for inference."""
         if self._fp8 is None:
-            from hpu_nb.runtime.habana_fp8 import HabanaFp8Engine
+            from hpu_nb.runtime.habana_fp8 import HabanaFp8Engine  # noqa: PLC0415 -- lazy: imports torch: fp8 only
 
             self._fp8 = HabanaFp8Engine()
         return self._fp8
@@ -220,9 +215,7 @@ class GaudiBackend(DeviceBackend):
             return self._versions
 
     def _read_versions(self) -> Versions:
-        from hpu_nb.emulator.backend import _versions_of_python_stack
-
-        versions = _versions_of_python_stack()
+        versions = python_stack_versions()
         versions.habana_frameworks = self._habana_frameworks_version()
         version = hlsmi.read_version(self.facts_timeout)
         if version.value is not None:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions
 from hpu_nb.runtime.env import FLAGS, flag_values
 
@@ -72,8 +73,6 @@ def collect_info(backend: DeviceBackend | None = None, timeout: float = 2.0) -> 
     start = time.perf_counter()
     problems: list[str] = []
     if backend is None:
-        from hpu_nb.runtime import get_backend
-
         backend = get_backend()
     gen = backend.generation()
     try:
