@@ -17,6 +17,7 @@ from typing import Any
 import anywidget
 import ipywidgets as w
 import traitlets
+from IPython import get_ipython
 
 from hpu_nb.core.issues import Issue
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
@@ -197,8 +198,6 @@ class TrainerConfigWidget(w.VBox):
 
     def insert_cell(self) -> None:
         """Put the code into a new cell below this one (IPython's set_next_input payload; JupyterLab 4 honours it)."""
-        from IPython import get_ipython
-
         shell = get_ipython()
         if shell is None:
             raise RuntimeError("insert_cell() needs IPython or Jupyter; outside them, use cfg.code.")

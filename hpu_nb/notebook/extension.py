@@ -29,16 +29,14 @@ def hpu_info_magic(line: str = "") -> None:
 
 def hpu_trace_magic(line: str = "") -> Any:
     """%hpu_trace PATH: open a profiler trace in the inline viewer."""
-    # start-up cost: the viewer brings anywidget, ipywidgets and IPython's display (~0.5 s), not loaded by %load_ext
-    from hpu_nb.notebook.trace_viewer import hpu_trace_magic as magic
+    from hpu_nb.notebook.trace_viewer import hpu_trace_magic as magic  # noqa: PLC0415 -- lazy: start-up cost (widgets)
 
     return magic(line)
 
 
 def open_trace_viewer(path: str, **options: Any) -> Any:
     """HPUProfiler.show()'s viewer once `%load_ext hpu_nb` ran: imported on first use (anywidget is not cheap)."""
-    # start-up cost: as in hpu_trace_magic, the viewer's widgets are loaded when a trace is first shown
-    from hpu_nb.notebook.trace_viewer import TraceViewer
+    from hpu_nb.notebook.trace_viewer import TraceViewer  # noqa: PLC0415 -- lazy: start-up cost (widgets)
 
     return TraceViewer(path, **options)
 

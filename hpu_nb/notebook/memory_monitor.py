@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from IPython import get_ipython
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
@@ -524,9 +525,5 @@ def _is_hpu(trainer: Any) -> bool:
 
 def _execution_count() -> int | None:
     """The running cell's number in IPython; None outside IPython (then nothing is displayed automatically)."""
-    try:
-        from IPython import get_ipython  # optional here: a script without IPython displays nothing automatically
-    except ImportError:
-        return None
     shell = get_ipython()
     return None if shell is None else int(getattr(shell, "execution_count", 0))
