@@ -67,6 +67,7 @@ def install() -> bool:
         _state.hpu_trainer = True
         return None
 
+    # a function takes any attribute; its type declares none
     _log_device_info._hpu_nb_wrapped = True  # type: ignore[attr-defined]
     trainer_setup._log_device_info = _log_device_info
     logger = logging.getLogger(RANK_ZERO_LOGGER)

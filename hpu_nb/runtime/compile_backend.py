@@ -46,14 +46,14 @@ class CompileCounters:
     """What the emulated graph compiler did in this process (a plain class: this module loads on `import torch`)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.compilations = 0
         self.recompilations = 0  # compilations of a frame compiled before (a guard failed: a new shape, ...)
         self.compile_time_us = 0
         self.cache_hits = 0  # calls of an already compiled graph
         self.cache_misses = 0  # = compilations
-
-    def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
 
 
 COUNTERS = CompileCounters()

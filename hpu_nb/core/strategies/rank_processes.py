@@ -213,11 +213,12 @@ def new_child_processes(before: set[Any]) -> list[Any]:
 
     multiprocessing keeps its live children in `multiprocessing.process._children` (as `active_children()` reads it,
     without collecting any here); torch's start_processes and Lightning's fork / spawn launchers start theirs there."""
+    # typeshed does not declare multiprocessing.process._children (private, but what active_children() reads)
     return [p for p in list(multiprocessing.process._children) if p not in before]  # type: ignore[attr-defined]
 
 
 def multiprocessing_children() -> set[Any]:
-    return set(multiprocessing.process._children)  # type: ignore[attr-defined]
+    return set(multiprocessing.process._children)  # type: ignore[attr-defined]  # not in typeshed (see above)
 
 
 class ScriptRanks:
