@@ -70,14 +70,14 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext hpu_nb`."""
-    from hpu_nb.notebook.extension import load_ipython_extension as load
+    from hpu_nb.notebook.extension import load_ipython_extension as load  # noqa: PLC0415 -- lazy: IPython, torch
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """`%unload_ext hpu_nb`."""
-    from hpu_nb.notebook.extension import unload_ipython_extension as unload
+    from hpu_nb.notebook.extension import unload_ipython_extension as unload  # noqa: PLC0415 -- lazy: IPython
 
     unload(ipython)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 
+from hpu_nb import _flavours
 from hpu_nb._import_hooks import after_import, is_initializing
 
 # module -> flavour of hpu_nb.core to register with it ("lightning": hpu_nb.core; "standalone": its translation)
@@ -28,8 +29,6 @@ LAST_IMPORT = {name: f"{name}._graveyard" for name in TARGETS}
 def _register(trigger: str) -> None:
     if trigger == "lightning_fabric" and is_initializing("pytorch_lightning"):
         return  # pytorch_lightning is importing lightning_fabric: registration follows once pytorch_lightning is loaded
-    from hpu_nb import _flavours
-
     _flavours.core_module(TARGETS[trigger], "registration").register_all()
 
 

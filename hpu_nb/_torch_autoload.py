@@ -13,26 +13,25 @@ from __future__ import annotations
 
 import os
 
+# Importing this module ran hpu_nb/__init__.py: Lightning learns "hpu" when imported, and the emulated
+# habana_frameworks is findable.
+from hpu_nb.emulator import habana as emulated_habana
+
 AUTOLOAD_ENV = "HPU_NB_AUTOLOAD"
 
 
 def load() -> None:
     if os.environ.get(AUTOLOAD_ENV, "1").strip() == "0":
         return
-    import hpu_nb  # noqa: F401  (Lightning learns "hpu" when imported; the emulated habana_frameworks is findable)
-    from hpu_nb.emulator import habana as emulated_habana
-
     if emulated_habana.real_habana_spec() is not None:
         return  # Habana's software provides the hpu device (its own autoload entry point loads it)
-    from hpu_nb.emulator import hpu_device
-    from hpu_nb.runtime.generations import EMULATED_RELEASE
+    from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- lazy: never needed on a Gaudi
+    from hpu_nb.runtime.generations import EMULATED_RELEASE  # noqa: PLC0415 -- lazy: never needed on a Gaudi
 
     try:
         hpu_device.load_library_if_built()
         if EMULATED_RELEASE.autoloads(os.environ):  # what Habana's autoload imports: its hpu module and HCCL
-            from hpu_nb.emulator.hpu_device import hccl
-
             emulated_habana.install_torch_hpu()
-            hccl.register_for_first_use()
+            hpu_device.hccl.register_for_first_use()
     except Exception:
         return

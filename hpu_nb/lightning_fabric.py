@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpu_nb import _flavours
+
 _NAMES = (  # served by __getattr__: importing them here would load Lightning
     "HPUAccelerator",
     "HPUCheckpointIO",
@@ -23,8 +25,6 @@ __all__ = list(_NAMES)
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from hpu_nb import _flavours
-
     value = getattr(_flavours.core_module("standalone", "fabric"), name)
     globals()[name] = value
     return value

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpu_nb import _flavours
+
 # public name -> module under hpu_nb.core
 _EXPORTS = {
     "HPUAccelerator": "accelerator",
@@ -33,8 +35,6 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from hpu_nb import _flavours
-
     value = getattr(_flavours.core_module(FLAVOUR, _EXPORTS[name]), name)
     globals()[name] = value
     return value

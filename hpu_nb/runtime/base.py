@@ -11,6 +11,9 @@ from typing import Any
 from hpu_nb.runtime.env import VISIBLE_MODULES_ENV, lazy_mode_from_env, visible_modules
 from hpu_nb.runtime.generations import FP32_LIST_ENV, LOWER_LIST_ENV, Generation, Release
 
+# No torch at the top: the seam is imported before a backend is chosen, and on a Gaudi `import torch` loads Habana's
+# software (its autoload), which hpu_nb.runtime._create_backend checks the environment for first.
+
 MEMORY_STAT_KEYS = (
     "Limit",
     "InUse",
@@ -168,7 +171,7 @@ class DeviceBackend(ABC):
 
     def root_device(self, index: int = 0) -> Any:
         """The torch.device Lightning places the model on: this process's card, hpu:0 (one card per process)."""
-        import torch  # noqa: PLC0415 -- lazy: on a Gaudi `import torch` loads Habana's software; the seam imports torch-free
+        import torch  # noqa: PLC0415 -- lazy: on a Gaudi, import torch loads Habana's software
 
         return torch.device("hpu", index)
 
@@ -256,7 +259,7 @@ class DeviceBackend(ABC):
 
 def iter_tensors(obj: Any) -> Iterator[Any]:
     """Every torch.Tensor inside nested lists / tuples / dicts."""
-    import torch  # noqa: PLC0415 -- lazy: on a Gaudi `import torch` loads Habana's software; the seam imports torch-free
+    import torch  # noqa: PLC0415 -- lazy: on a Gaudi, import torch loads Habana's software
 
     if isinstance(obj, torch.Tensor):
         yield obj
