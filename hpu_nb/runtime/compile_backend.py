@@ -35,6 +35,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
+from hpu_nb.emulator.habana import real_habana_spec
+
 BACKEND_NAME = "hpu_backend"
 HABANA_CORE = "habana_frameworks.torch.core"
 REGISTRY_MODULE = "torch._dynamo.backends.registry"
@@ -78,7 +80,7 @@ def set_dynamic_shapes(enabled: bool) -> None:
 
 
 def _apply_dynamic_shapes() -> None:
-    import torch._dynamo
+    import torch._dynamo  # noqa: PLC0415 -- lazy: seconds to import (here loaded by a compile)
 
     torch._dynamo.config.automatic_dynamic_shapes = dynamic_shapes_enabled()
 
@@ -86,14 +88,12 @@ def _apply_dynamic_shapes() -> None:
 # -- the backend ----------------------------------------------------------------------------------------------------
 def emulated_hpu_backend(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """Compile a captured graph for the emulated Gaudi: AOTAutograd, graphs run with the hpu device's kernels."""
-    from hpu_nb.emulator.habana import real_habana_spec
-
     if real_habana_spec() is not None:
         return _habanas(graph_module, example_inputs, **kwargs)
     global _applied
-    import torch
+    import torch  # noqa: PLC0415 -- lazy: this module loads on a Gaudi too (see runtime/base.py)
 
-    from hpu_nb.emulator import hpu_device
+    from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- lazy: the emulated device imports torch
 
     hpu_device.load()
     start = time.perf_counter()
@@ -138,8 +138,6 @@ def __getattr__(name: str) -> Any:
     own (its core imported now, so that Habana registers it once, before torch registers what this returns)."""
     if name != BACKEND_NAME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from hpu_nb.emulator.habana import real_habana_spec
-
     if real_habana_spec() is None:
         return emulated_hpu_backend
     return _habanas_for_torch()
@@ -147,7 +145,10 @@ def __getattr__(name: str) -> Any:
 
 def register() -> None:
     """Register the emulated backend now (what importing the emulated `habana_frameworks.torch.dynamo` does)."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    from torch._dynamo.backends.registry import (  # noqa: PLC0415 -- lazy: torch._dynamo takes seconds to import
+        _COMPILER_FNS,
+        register_backend,
+    )
 
     if BACKEND_NAME not in _COMPILER_FNS:
         register_backend(emulated_hpu_backend, name=BACKEND_NAME)
@@ -167,7 +168,7 @@ def _habanas_for_torch() -> Callable[..., Any]:
     it gets under the same name and would refuse a duplicate: so when torch's lookup is the caller, Habana's entry is
     taken out for torch to put back. Any other caller gets Habana's function and leaves the registry as it is.
     """
-    from torch._dynamo.backends.registry import _COMPILER_FNS
+    from torch._dynamo.backends.registry import _COMPILER_FNS  # noqa: PLC0415 -- lazy: seconds to import
 
     make_way_for_habana()
     importlib.import_module(HABANA_CORE)
@@ -201,7 +202,7 @@ def _no_habana_backend(graph_module: Any, example_inputs: list[Any], **kwargs: A
 def _habanas(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """The emulated backend was registered before Habana's software was found (a process that started emulated):
     hand the graph to Habana's backend, registered in its place."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS
+    from torch._dynamo.backends.registry import _COMPILER_FNS  # noqa: PLC0415 -- lazy: seconds to import
 
     make_way_for_habana()
     importlib.import_module(HABANA_CORE)
