@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "HPUFSDPStrategy": "hpu_nb.core.strategies.fsdp",
     "HPUFSDPPrecision": "hpu_nb.core.strategies.fsdp",
     "HPUPrecisionPlugin": "hpu_nb.core.precision",
+    "HPUGradScaler": "hpu_nb.core.mixed_precision",
     "hpu_autocast": "hpu_nb.core.precision",
     "autocast_device_type": "hpu_nb.core.precision",
     "DelayedScaling": "hpu_nb.core.fp8",

@@ -48,7 +48,8 @@ class HPUPrecision(HPUFp8Mixin, Precision):
             variables PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST / PT_HPU_AUTOCAST_FP32_OPS_LIST; on a Gaudi, set them
             before Python starts instead: Habana reads them when it loads).
         bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: HMP-era arguments, still read.
-        scaler: a torch.amp.GradScaler for "16-mixed" (default: one on "hpu"; hpu_nb.core.mixed_precision says why).
+        scaler: an HPUGradScaler for "16-mixed" (default: one on "hpu"; hpu_nb.core.mixed_precision says why; torch's
+            own GradScaler is taken with a warning: it calls ops a Gaudi has no kernel for).
     """
 
     def __init__(

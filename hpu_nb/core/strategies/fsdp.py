@@ -89,8 +89,9 @@ class HPUFSDPPrecisionMixin:
     scaler: Any
 
     def _init_fsdp_precision(self, precision: str | int, scaler: Any) -> None:
-        """Lightning's FSDPPrecision set-up, with the loss scaler of "16-mixed" on "hpu": Lightning's own is CUDA's
-        (disabled here, with a warning) and a scaler given to it is dropped, so it is set after."""
+        """Lightning's FSDPPrecision set-up, with the loss scaler of "16-mixed" on "hpu" (an HPUShardedGradScaler):
+        Lightning's own is CUDA's (disabled here, with a warning) and a scaler given to it is dropped, so it is set
+        after."""
         unified = validate_fsdp_precision(precision)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*CUDA is not available", category=UserWarning)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hpu_nb.emulator.hpu_device import autocast, backward, build, habana_ops, hccl
+from hpu_nb.emulator.hpu_device import autocast, backward, build, habana_ops, hccl, missing_kernels
 from hpu_nb.runtime.env import parse_size
 from hpu_nb.runtime.generations import GENERATIONS, Generation
 
@@ -162,6 +162,7 @@ def announce() -> bool:
     if not load_library_if_built():
         return False
     torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
+    missing_kernels.register()  # what Habana's bridge has no HPU kernel for is refused on the fake Gaudi too
     backward.install()  # so any backward on hpu runs on its calling thread, whatever uses the device first
     return True
 
@@ -212,6 +213,7 @@ def _activate() -> None:
             " top of the notebook, then restart the kernel."
         )
     autocast.register(autocast.lists_from_environment())
+    missing_kernels.register()  # after the device's kernels (activate), which it overrides for those ops
     habana_ops.register()
     hccl.register()
     backward.install()  # backward on the calling thread, as the CPU's: no device threads, forks keep autograd
