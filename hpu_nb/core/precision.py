@@ -51,7 +51,9 @@ __all__ = [
 ]
 
 
-class HPUPrecisionPlugin(Precision, HPUPrecision):
+# [misc]: the Trainer's Precision.backward (which wins here: the scaler acts in pre_backward) narrows Fabric's signature
+# (model: LightningModule, an optimizer argument), under Lightning's own `type: ignore[override]`.
+class HPUPrecisionPlugin(Precision, HPUPrecision):  # type: ignore[misc]
     """Mixed precision for HPU: bf16 / fp16 autocast with Habana-style op lists, fp8 training / inference, and a loss
     scaler for "16-mixed". The arguments are HPUPrecision's (hpu_nb.core.fabric.precision):
 
@@ -67,13 +69,13 @@ class HPUPrecisionPlugin(Precision, HPUPrecision):
 
     # -- the loss scaler of "16-mixed" around Lightning's closure (as Lightning's MixedPrecision) ------------------
     @override
-    def pre_backward(self, tensor: Tensor, module: Any) -> Tensor:  # type: ignore[override]
+    def pre_backward(self, tensor: Tensor, module: Any) -> Tensor:
         if self.scaler is not None:
             tensor = self.scaler.scale(tensor)
         return super().pre_backward(tensor, module)
 
     @override
-    def optimizer_step(  # type: ignore[override]
+    def optimizer_step(  # type: ignore[override]  # the Trainer's signature: Lightning widens Fabric's (its ignore)
         self, optimizer: Any, model: Any, closure: Callable[[], Any], **kwargs: Any
     ) -> Any:
         if self.scaler is None:

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,7 +66,7 @@ class HPUProfiler(PyTorchProfiler):
     torch-tb-profiler plugin and chrome://tracing also open.
     """
 
-    def __init__(self, dirpath: str | os.PathLike | None = None, filename: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, **kwargs: Any) -> None:
         _warn_on_habana_profile()
         self._backend = get_backend()
         self._device_info = _device_info(self._backend)

@@ -58,7 +58,7 @@ def convert_modules(
     replace_layers: bool = False,
     recipe: Any = None,
     inference: bool = False,
-    quant: bool | str | dict = True,
+    quant: bool | str | dict[str, Any] = True,
     fp8_data_path: str | None = None,
 ) -> torch.nn.Module:
     """fp8 training (replace_layers=True) or inference (inference=True: quant=False measures, quant=True quantizes;

@@ -75,7 +75,7 @@ class Fp8InferenceState:
 
     mode: str  # "measure" or "quantize"
     data_path: Path
-    config: dict
+    config: dict[str, Any]
     rank_world: tuple[int, int] | None  # fixed at conversion, as INC fixes it
     written: Path | None = None
 
@@ -88,8 +88,8 @@ def state_of(module: torch.nn.Module) -> Fp8InferenceState | None:
 
 
 # -- configuration ------------------------------------------------------------------------------------------------
-def make_config(mode: str, dump_stats_path: str, *, allowlist: Mapping[str, list] | None = None,
-                blocklist: Mapping[str, list] | None = None, scale_method: str = "maxabs_hw") -> dict:
+def make_config(mode: str, dump_stats_path: str, *, allowlist: Mapping[str, list[str]] | None = None,
+                blocklist: Mapping[str, list[str]] | None = None, scale_method: str = "maxabs_hw") -> dict[str, Any]:
     """hpu_nb's default config for a step (mode "MEASURE" or "QUANTIZE"), as lightning-habana shipped them."""
     if mode not in ("MEASURE", "QUANTIZE"):
         raise ValueError(f"mode={mode!r}; choose 'MEASURE' or 'QUANTIZE'.")
@@ -104,7 +104,7 @@ def make_config(mode: str, dump_stats_path: str, *, allowlist: Mapping[str, list
     return config
 
 
-def normalize_config(raw: Any, origin: str) -> dict:
+def normalize_config(raw: Any, origin: str) -> dict[str, Any]:
     """An fp8 config with every setting filled in as INC would; an error naming `origin` and the key otherwise."""
     if not isinstance(raw, Mapping):
         kinds = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
@@ -158,7 +158,8 @@ def default_data_dir() -> Path:
     measuring and the quantizing process."""
     from hpu_nb.runtime import cache_dir
 
-    return cache_dir() / DEFAULT_SUBDIR
+    base: Path = cache_dir()  # the runtime's lazy attribute (typed Any there)
+    return base / DEFAULT_SUBDIR
 
 
 def data_dir(fp8_data_path: str | None) -> Path:
@@ -201,7 +202,7 @@ def _read_json(path: Path, missing: str) -> Any:
         raise Fp8InferenceError(f"{path} is not valid JSON ({err}).") from err
 
 
-def read_config(path: Path) -> dict:
+def read_config(path: Path) -> dict[str, Any]:
     return normalize_config(_read_json(path, "fp8 quantization config {path} does not exist"), str(path))
 
 
@@ -228,7 +229,7 @@ def _present_measurements(config: Mapping[str, Any]) -> list[str]:
     return sorted(p.name for p in base.parent.glob(base.name + "*.json")) if base.parent.is_dir() else []
 
 
-def read_measurements(path: Path) -> dict:
+def read_measurements(path: Path) -> dict[str, Any]:
     """A max-abs measurement document, every amax checked to be a finite, non-negative number."""
     document = _read_json(path, "fp8 measurements {path} do not exist")
     if (not isinstance(document, dict) or document.get("Mode") != "DynamicRange"
@@ -262,7 +263,7 @@ def _amax(value: Any) -> float | None:
 
 
 # -- entry points ---------------------------------------------------------------------------------------------------
-def _step_config(path: Path, quant: bool | str | dict) -> tuple[dict, str]:
+def _step_config(path: Path, quant: bool | str | dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The config of this step and the mode it asks for."""
     if isinstance(quant, bool):
         mode = "QUANTIZE" if quant else "MEASURE"
@@ -299,10 +300,10 @@ class InferencePlan:
 
     mode: str  # "MEASURE" or "QUANTIZE"
     path: Path
-    config: dict
+    config: dict[str, Any]
 
 
-def plan_inference(quant: bool | str | dict, fp8_data_path: str | None) -> InferencePlan:
+def plan_inference(quant: bool | str | dict[str, Any], fp8_data_path: str | None) -> InferencePlan:
     """The fp8 inference step `quant` asks for (the config's mode decides), checked against the engine in force."""
     path = data_dir(fp8_data_path)
     config, mode = _step_config(path, quant)
@@ -330,7 +331,7 @@ def _measurements_written_first(model: torch.nn.Module, config: Mapping[str, Any
 
 
 def prepare_inference(
-    model: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
+    model: torch.nn.Module, quant: bool | str | dict[str, Any], fp8_data_path: str | None
 ) -> torch.nn.Module:
     """Set `model` up to measure or to run quantized (the config's mode decides); returns the model to use."""
     return apply_inference(model, plan_inference(quant, fp8_data_path))

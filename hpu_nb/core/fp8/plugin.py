@@ -10,7 +10,8 @@ call (training layers, or fp8 inference: measure / quantize).
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_warn
@@ -20,24 +21,31 @@ from hpu_nb.core.fp8.convert import convert_modules, has_fp8_layers
 from hpu_nb.core.fp8.inference import finalize_measurements, pending_measurements, state_of
 from hpu_nb.runtime import get_backend
 
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.precision import Precision as PrecisionHost
+else:
+    PrecisionHost = object  # a base for the type checker only (as strategies/hosts.py): the plugin's Lightning base
+
 __all__ = ["HPUFp8Mixin"]
 
 
-class HPUFp8Mixin:
+class HPUFp8Mixin(PrecisionHost):
     """fp8 for a precision plugin: `convert_module` (Lightning's set-up hook), `convert_modules` (fp8 training layers,
     or fp8 inference: measure / quantize), the models it set up to measure, and `finish_measurements`, which the HPU
     strategies call at the end of trainer.predict / trainer.test. Put it before the Lightning base
     (`class P(HPUFp8Mixin, Precision)`) and call `_init_fp8` once `self.precision` is set.
     """
 
-    precision: str
+    # Lightning declares `precision` as its own names (a Literal) and has no "fp8": the HPU plugins hold a str.
+    precision: str  # type: ignore[assignment]
 
     def _init_fp8(self, recipe: Any, replace_layers: bool) -> None:
         if (recipe is not None or replace_layers) and self.precision != "fp8":
             rank_zero_warn(f"precision={self.precision!r} is not 'fp8': recipe and replace_layers are ignored.")
         self.recipe = recipe if self.precision == "fp8" else None
         self.replace_layers = bool(replace_layers) and self.precision == "fp8"
-        self._measuring: list[weakref.ref] = []  # models in fp8 measurement mode, written at the end of predict / test
+        # models in fp8 measurement mode, written at the end of predict / test
+        self._measuring: list[weakref.ref[torch.nn.Module]] = []
         # lightning-habana's flags: what this plugin can do with fp8 here (both False for other precisions)
         fp8 = self.precision == "fp8"
         self.fp8_training_available = fp8  # validate_precision refused fp8 where it cannot train
@@ -47,7 +55,7 @@ class HPUFp8Mixin:
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Lightning's set-up hook: with precision="fp8" and replace_layers=True, swap nn.Linear for fp8 layers (a
         model that already holds fp8 layers is left as it is, as Lightning's TransformerEnginePrecision does)."""
-        module = super().convert_module(module)  # type: ignore[misc]
+        module = super().convert_module(module)
         if self.precision == "fp8" and self.replace_layers and not has_fp8_layers(module):
             return convert_modules(module, replace_layers=True, recipe=self.recipe)
         return module
@@ -56,7 +64,7 @@ class HPUFp8Mixin:
         self,
         module: torch.nn.Module,
         inference: bool = False,
-        quant: bool | str | dict = True,
+        quant: bool | str | dict[str, Any] = True,
         fp8_data_path: str | None = None,
         *,
         replace_layers: bool | None = None,
@@ -85,7 +93,7 @@ class HPUFp8Mixin:
         return convert_modules(module, replace_layers=True, recipe=self.recipe)
 
     def _convert_for_inference(
-        self, module: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
+        self, module: torch.nn.Module, quant: bool | str | dict[str, Any], fp8_data_path: str | None
     ) -> torch.nn.Module:
         """Set `module` up for the inference step now (the DeepSpeed plugin waits until DeepSpeed has wrapped it)."""
         return self._track(convert_modules(module, inference=True, quant=quant, fp8_data_path=fp8_data_path))
@@ -97,10 +105,10 @@ class HPUFp8Mixin:
             self._measuring.append(weakref.ref(converted))
         return converted
 
-    def finish_measurements(self) -> list:
+    def finish_measurements(self) -> list[Path]:
         """Write the fp8 measurements of the models this plugin set up. The HPU strategies call it at the end of
         trainer.predict / trainer.test, while the model is still on the device (as lightning-habana did)."""
-        written = []
+        written: list[Path] = []
         for ref in self._measuring:
             model = ref()
             if model is not None:
@@ -114,4 +122,4 @@ class HPUFp8Mixin:
             rank_zero_warn(
                 "fp8 measurements were not written: they are written at the end of trainer.predict() or trainer.test(),"
                 " while the model is on the device. Run one of them with this plugin (fit() does not measure).")
-        super().teardown()  # type: ignore[misc]
+        super().teardown()
