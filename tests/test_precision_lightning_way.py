@@ -326,3 +326,30 @@ def test_fabric_16_mixed_scales_and_skips_the_step_on_inf():
     assert unscaled.abs().max().item() < 1e-3 and (unscaled != 0).all()
     optimizer.step()
     assert torch.allclose(layer.weight.detach().cpu(), start - unscaled, atol=1e-7)
+
+
+# -- the scaler uses only ops a Gaudi has kernels for (tests/test_hpu_grad_scaler.py checks its numbers) -------------
+def test_16_mixed_scalers_are_hpu_grad_scalers_and_torchs_is_taken_with_a_warning():
+    import warnings
+
+    import hpu_nb
+    from hpu_nb.core.mixed_precision import HPUGradScaler, HPUShardedGradScaler
+
+    assert hpu_nb.HPUGradScaler is HPUGradScaler
+    for cls in (HPUPrecisionPlugin, HPUPrecision):
+        assert type(cls("16-mixed").scaler) is HPUGradScaler
+    for cls in (HPUFSDPPrecision, FabricFSDPPrecision):
+        assert type(cls("16-mixed").scaler) is HPUShardedGradScaler
+    mine = HPUGradScaler(init_scale=1024.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an HPUGradScaler, or torch's turned off, is taken silently
+        assert HPUPrecisionPlugin("16-mixed", scaler=mine).scaler is mine
+        HPUPrecision("16-mixed", scaler=torch.amp.GradScaler("hpu", enabled=False))
+    torchs = torch.amp.GradScaler("hpu")
+    with pytest.warns(UserWarning, match="no HPU kernel for.*Use hpu_nb.HPUGradScaler") as record:
+        plugin = HPUPrecisionPlugin("16-mixed", scaler=torchs)
+    assert plugin.scaler is torchs and record[0].filename == __file__  # points at the caller
+    layer = torch.nn.Linear(2, 2).to("hpu")
+    plugin.scaler.scale(layer(torch.ones(1, 2, device="hpu")).sum()).backward()
+    with pytest.raises(NotImplementedError, match="'HPU' backend"):  # as on a Gaudi
+        plugin.scaler.unscale_(torch.optim.SGD(layer.parameters(), lr=0.1))
