@@ -19,7 +19,26 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
+from lightning.fabric.connector import _Connector as FabricConnector
+from lightning.fabric.plugins.precision import Precision
+from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
+from lightning.fabric.strategies import Strategy as FabricStrategy
+from lightning.pytorch import __version__ as lightning_pytorch_version  # `lightning` itself may be mid-import
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.strategies import Strategy, StrategyRegistry
+from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as TrainerConnector
+
 from hpu_nb.core import selection
+from hpu_nb.core.accelerator import HPUAccelerator
+from hpu_nb.core.fabric.precision import HPUPrecision
+from hpu_nb.core.fabric.strategies import SingleHPUStrategy as FabricSingleHPUStrategy
+from hpu_nb.core.precision import HPUPrecisionPlugin
+from hpu_nb.core.profiler import register_profiler_string
+from hpu_nb.core.strategies.single import SingleHPUStrategy
+from hpu_nb.core.trainer_output import install as install_trainer_output
+from hpu_nb.emulator.habana import real_habana_spec
+from hpu_nb.runtime import get_backend
 
 SUPPORTED_LIGHTNING = ((2, 6), (2, 7))  # [low, high)
 
@@ -39,10 +58,8 @@ _registered = False
 
 
 def lightning_version() -> tuple[int, ...]:
-    from lightning.pytorch import __version__  # not `lightning.__version__`: the `lightning` package may be mid-import
-
     parts = []
-    for piece in __version__.split(".")[:3]:
+    for piece in lightning_pytorch_version.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)
@@ -59,14 +76,6 @@ def register_all() -> None:
     global _registered
     if _registered:
         return
-    from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
-    from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
-    from lightning.fabric.strategies import Strategy as FabricStrategy
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-    from lightning.pytorch.strategies import Strategy, StrategyRegistry
-
-    from hpu_nb.core.accelerator import HPUAccelerator
-
     HPUAccelerator.register_accelerators(AcceleratorRegistry)
     HPUAccelerator.register_accelerators(FABRIC_ACCELERATORS)  # one accelerator class serves both
     for trainer_strategy in _strategy_classes(STRATEGY_MODULES):
@@ -75,10 +84,8 @@ def register_all() -> None:
     for fabric_strategy in _strategy_classes(FABRIC_STRATEGY_MODULES):
         if issubclass(fabric_strategy, FabricStrategy):
             fabric_strategy.register_strategies(FABRIC_STRATEGIES)
-    _register_profiler()
+    register_profiler_string()
     install_connector_hook()
-    from hpu_nb.core.trainer_output import install as install_trainer_output
-
     install_trainer_output()  # an HPU Trainer says which HPU it uses, instead of Lightning's GPU / TPU lines
     install_fabric_connector_hook()
     _registered = True
@@ -96,43 +103,26 @@ def _strategy_classes(modules: tuple[str, ...]) -> list[type]:
     return classes
 
 
-def _register_profiler() -> None:
-    from hpu_nb.core.profiler import register_profiler_string
-
-    register_profiler_string()
-
-
 def install_connector_hook() -> bool:
     """Wrap the Trainer connector's strategy / precision / auto-accelerator choice for HPU. Returns whether it is in."""
-    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as Connector
-
-    from hpu_nb.core.precision import HPUPrecisionPlugin
-    from hpu_nb.core.strategies.single import SingleHPUStrategy
-
     def precision_for_hpu(connector: Any) -> Any:
         if connector._precision_plugin_flag is not None:
             return None  # a plugin instance was given: Lightning's own checks apply
         connector._validate_precision_choice()
         return selection.choose_precision(connector.strategy, connector._precision_flag, HPUPrecisionPlugin)
 
-    return _hook_connector(Connector, "Trainer", SingleHPUStrategy, precision_for_hpu,
+    return _hook_connector(TrainerConnector, "Trainer", SingleHPUStrategy, precision_for_hpu,
                            ("_precision_flag", "_precision_plugin_flag"))
 
 
 def install_fabric_connector_hook() -> bool:
     """The same for Fabric's connector: `Fabric(accelerator="hpu", devices=N, strategy=..., precision=...)`."""
-    from lightning.fabric.connector import _Connector as Connector
-    from lightning.fabric.plugins.precision import Precision
-
-    from hpu_nb.core.fabric.precision import HPUPrecision
-    from hpu_nb.core.fabric.strategies import SingleHPUStrategy
-
     def precision_for_hpu(connector: Any) -> Any:
         if isinstance(connector._precision_instance, Precision):
             return None
         return selection.choose_precision(connector.strategy, connector._precision_input, HPUPrecision)
 
-    return _hook_connector(Connector, "Fabric", SingleHPUStrategy, precision_for_hpu,
+    return _hook_connector(FabricConnector, "Fabric", FabricSingleHPUStrategy, precision_for_hpu,
                            ("_precision_input", "_precision_instance"))
 
 
@@ -146,10 +136,8 @@ def _hook_connector(
         return True
     missing = [name for name in _HOOKED_METHODS if not hasattr(connector, name)]
     if missing or not is_supported_lightning():
-        from lightning.pytorch import __version__
-
         warnings.warn(
-            f"hpu_nb supports Lightning 2.6.x; this is Lightning {__version__}"
+            f"hpu_nb supports Lightning 2.6.x; this is Lightning {lightning_pytorch_version}"
             + (f", whose {owner} connector lacks {', '.join(missing)}" if missing else "")
             + ". "
             + (f"{owner}(accelerator='hpu') cannot be wired up: pass strategy=SingleHPUStrategy() explicitly."
@@ -229,9 +217,6 @@ def _hook_connector(
 
 def _real_gaudi_present() -> bool:
     """accelerator="auto" means HPU only on a real Gaudi; the emulated one is never chosen implicitly."""
-    from hpu_nb.emulator.habana import real_habana_spec
-    from hpu_nb.runtime import get_backend
-
     if real_habana_spec() is None:
         return False
 

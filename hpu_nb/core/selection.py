@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hpu_nb.core.accelerator import HPUAccelerator
+from hpu_nb.core.fabric.precision import HPUPrecision
+from hpu_nb.core.precision import HPUFp8Mixin, HPUPrecisionPlugin, unify_precision
+from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
+from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly
+
 if TYPE_CHECKING:
     import torch
 
@@ -14,19 +20,12 @@ PARALLEL_STRATEGY_NAME = "hpu_parallel"  # registered with the Trainer's and wit
 
 
 def is_hpu_accelerator(flag: Any) -> bool:
-    from hpu_nb.core.accelerator import HPUAccelerator
-
     return isinstance(flag, HPUAccelerator) or (isinstance(flag, str) and flag.lower() == "hpu")
 
 
 def asks_for_hpu(strategy: Any, plugins: Any) -> bool:
     """Whether an explicit HPU strategy (an instance, or a registered "hpu..." name) or HPU precision plugin was given:
     with accelerator="auto" that means the HPU, as with lightning-habana (its strategies and plugins said so)."""
-    from hpu_nb.core.fabric.precision import HPUPrecision
-    from hpu_nb.core.precision import HPUFp8Mixin, HPUPrecisionPlugin
-    from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
-    from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly
-
     if isinstance(strategy, HPUAcceleratorOnly) or (isinstance(strategy, str) and strategy.lower().startswith("hpu")):
         return True
     plugins = plugins if isinstance(plugins, (list, tuple)) else [plugins]
@@ -46,8 +45,6 @@ def hpu_only_precision(precision: Any) -> str | None:
 
     Lightning's connectors refuse names they do not know before any precision plugin is chosen: given with an HPU
     accelerator, the connector hook carries such a name past that check to choose_precision."""
-    from hpu_nb.core.precision import unify_precision
-
     return "fp8" if unify_precision(precision) == "fp8" else None
 
 
