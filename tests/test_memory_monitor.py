@@ -4,6 +4,7 @@ per-rank memory, headless summary, robustness; the callback owns its chart widge
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from typing import Any
 
@@ -494,3 +495,155 @@ def test_snapshot_draws_throughput_per_step_with_its_own_extremes() -> None:
     page = summary.html()
     assert page.count("<svg") == 2 and "samples/s per step" in page  # memory; loss + throughput stacked
     assert svg[svg.index(">") + 1: -len("</svg>")] in summary.training_svg()
+
+
+# -- several ranks in the snapshot: each rank its own line and legend entry, visible when their memory coincides ------
+MIB = 2**20
+RANK_LINE = re.compile(r'<polyline data-series="rank(\d+)" fill="none" stroke="([^"]+)" stroke-width="([^"]+)" '
+                       r'stroke-opacity="([^"]+)"[^>]*?(?: stroke-dasharray="([^"]+)")? points="([^"]*)"/>')
+
+
+def _two_rank_monitor(rank1: int) -> MemoryMonitor:
+    """Batches 1..5 of rank 0 (InUse 10 MiB, MaxInUse 12 MiB, Limit 1 GiB); both ranks gathered at batches 2..5, rank
+    0 at 10 MiB and rank 1 at `rank1` bytes."""
+    monitor = MemoryMonitor(auto_display=False)
+    for x in range(1, 6):
+        monitor.history.append([x, 2**30, 10 * MIB, 12 * MIB, 0, 0, 1.0, 0.01, 8, 1])
+    monitor.samples, monitor.status, monitor.stage = 5, "done", "fit"
+    monitor.current = {"Limit": 2**30, "InUse": 10 * MIB, "MaxInUse": 12 * MIB}
+    monitor.rank_history = {"x": [2, 3, 4, 5], "in_use": [[10 * MIB, rank1]] * 4,
+                            "max_in_use": [[12 * MIB, rank1]] * 4}
+    return monitor
+
+
+def _rank_lines(svg: str) -> dict[int, dict[str, str]]:
+    return {int(m[1]): {"stroke": m[2], "width": m[3], "opacity": m[4], "dash": m[5] or "", "points": m[6]}
+            for m in RANK_LINE.finditer(svg)}
+
+
+def test_snapshot_draws_each_rank_even_when_their_memory_is_the_same() -> None:
+    """Issue 20: two ranks using the same memory looked like one line. Each rank has its own polyline at the gathered
+    batches, in its own style (rank 0 a wide pale band, rank 1 dashed over it), so both show where they coincide."""
+    from hpu_nb.notebook.memory_monitor import TrainingSummary
+
+    svg = TrainingSummary(_two_rank_monitor(10 * MIB)).memory_svg()
+    lines = _rank_lines(svg)
+    assert sorted(lines) == [0, 1]
+    assert lines[0]["points"] == lines[1]["points"]  # the same values: the same coordinates...
+    assert (lines[0]["stroke"], lines[0]["width"], lines[0]["dash"]) != (lines[1]["stroke"], lines[1]["width"],
+                                                                         lines[1]["dash"])  # ...drawn apart
+    assert float(lines[0]["width"]) > 2 * float(lines[1]["width"]) and lines[1]["dash"]  # a band, a dashed line in it
+    # the frame: 640 x 170, plot from x 70 to 630 and y 10 to 148; batches 1..5; the axis tops at the peak (12 MiB,
+    # the Limit being off scale) + 8%
+    top, height, ymax = 10, 138, 12 * MIB * 1.08
+    y = top + height * (1 - 10 * MIB / ymax)
+    xs = [70 + 560 * (x - 1) / 4 for x in (2, 3, 4, 5)]
+    assert lines[1]["points"] == " ".join(f"{x:.1f},{y:.1f}" for x in xs)
+    # rank 0's band under InUse / MaxInUse, rank 1's line over them
+    assert svg.index('data-series="rank0"') < svg.index('stroke="#1f77b4"') < svg.index('data-series="rank1"')
+
+
+def test_snapshot_scales_the_memory_axis_to_the_highest_rank() -> None:
+    from hpu_nb.notebook.memory_monitor import TrainingSummary
+
+    svg = TrainingSummary(_two_rank_monitor(30 * MIB)).memory_svg()
+    lines = _rank_lines(svg)
+    ymax = 30 * MIB * 1.08  # rank 1 is above rank 0's peak: the axis holds it
+    ys = {r: {float(p.split(",")[1]) for p in lines[r]["points"].split()} for r in (0, 1)}
+    assert ys[1] == {round(10 + 138 * (1 - 30 * MIB / ymax), 1)} and ys[0] == {round(10 + 138 * (1 - 10 * MIB / ymax),
+                                                                                     1)}
+    assert min(ys[1]) >= 10  # inside the plot
+
+
+def test_snapshot_legend_names_every_rank_and_one_device_has_no_rank_entries() -> None:
+    from hpu_nb.notebook.memory_monitor import TrainingSummary
+
+    page = TrainingSummary(_two_rank_monitor(10 * MIB)).html()
+    for rank in (0, 1):
+        assert f'<span data-series="rank{rank}"' in page and f"rank {rank} InUse</span>" in page
+    assert "InUse (rank 0)" in page and "MaxInUse (rank 0)" in page  # the every-batch lines are rank 0's samples
+    single = _two_rank_monitor(10 * MIB)
+    single.rank_history = {"x": [], "in_use": [], "max_in_use": []}
+    page = TrainingSummary(single).html()
+    assert 'data-series="rank' not in page and "rank 0" not in page and "━ InUse</span>" in page
+
+
+# -- a forked worker's output keeps its order: one pipe to the kernel, flushed at exit ---------------------------------
+class _FakePipe:
+    def __init__(self) -> None:
+        self.sent: list[list[bytes]] = []
+        self.linger: int | None = None
+
+    def send_multipart(self, parts: list[bytes], *args: Any, **kwargs: Any) -> None:
+        self.sent.append(parts)
+
+    def close(self, linger: int | None = None) -> None:
+        self.linger = linger
+
+
+class _FakeContext:
+    terminated = False
+
+    def term(self) -> None:
+        self.terminated = True
+
+
+class _FakeIOPubThread:
+    """ipykernel's IOPubThread as a forked child sees it: each message on a new pipe (IOPubThread._really_send)."""
+
+    _pipe_flag = True
+    _pipe_uuid = b"k" * 16
+
+    def __init__(self, master: bool = False) -> None:
+        self.master = master
+        self.pipes: list[tuple[_FakeContext, _FakePipe]] = []
+
+    def _is_master_process(self) -> bool:
+        return self.master
+
+    def _setup_pipe_out(self) -> tuple[_FakeContext, _FakePipe]:
+        self.pipes.append((_FakeContext(), _FakePipe()))
+        return self.pipes[-1]
+
+    def _really_send(self, msg: list[bytes], *args: Any, **kwargs: Any) -> None:
+        context, pipe = self._setup_pipe_out()
+        pipe.send_multipart([self._pipe_uuid, *msg])
+        pipe.close()
+        context.term()
+
+    def send_multipart(self, msg: list[bytes]) -> None:  # what session.send calls (the IO thread is not alive here)
+        self._really_send(msg)
+
+
+def test_a_forked_worker_sends_its_output_on_one_pipe_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing.util
+    import sys
+
+    from hpu_nb.notebook.memory.worker_output import LINGER_MS, keep_worker_output_in_order
+
+    finalizers: list[Any] = []
+    monkeypatch.setattr(multiprocessing.util, "Finalize", lambda obj, fn, exitpriority=None: finalizers.append(fn))
+    thread = _FakeIOPubThread()
+    monkeypatch.setattr(sys, "stdout", type("OutStream", (), {"pub_thread": thread})())
+    assert keep_worker_output_in_order() and keep_worker_output_in_order()  # the second call changes nothing
+    for i in range(50):
+        thread.send_multipart([b"msg", str(i).encode()])
+    assert len(thread.pipes) == 1 and len(finalizers) == 1  # one pipe, one flush at exit
+    context, pipe = thread.pipes[0]
+    assert pipe.sent == [[thread._pipe_uuid, b"msg", str(i).encode()] for i in range(50)]  # in order, authenticated
+    finalizers[0]()  # the worker exits: what the pipe holds is delivered
+    assert pipe.linger == LINGER_MS and context.terminated
+    thread.send_multipart([b"last flush"])  # after it (multiprocessing flushes stdout last): ipykernel's own way
+    assert len(thread.pipes) == 2 and thread.pipes[1][1].sent == [[thread._pipe_uuid, b"last flush"]]
+
+
+def test_output_order_is_left_alone_in_the_kernel_itself_and_outside_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order
+
+    kernel = _FakeIOPubThread(master=True)
+    monkeypatch.setattr(sys, "stdout", type("OutStream", (), {"pub_thread": kernel})())
+    assert not keep_worker_output_in_order() and "_really_send" not in vars(kernel) and kernel.pipes == []
+    monkeypatch.setattr(sys, "stdout", type("Plain", (), {})())
+    assert not keep_worker_output_in_order()

@@ -4,6 +4,7 @@ notebook's model, equal to the same training done by plain torch in one process.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,77 @@ def test_fabric_returns_tensors_to_the_notebook():
     for key, want in fabric_reference().items():
         got = torch.tensor(result["state"][key])
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (key, float((got - want).abs().max()))
+
+
+# -- Lightning's progress bar on 2 cards: one bar, in its widget, ending at the last step ----------------------------
+MONITOR_WITH_BAR = """
+import time
+from hpu_nb.notebook.memory_monitor import MemoryMonitor
+
+class SlowModel(Model):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
+
+monitor = MemoryMonitor(update_interval=0)
+L.seed_everything(7, verbose=False)
+trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=1, log_every_n_steps=1, logger=False,
+                    enable_checkpointing=False, enable_model_summary=False, callbacks=[monitor])
+trainer.fit(SlowModel(), data(n=480))
+"""
+BAR = re.compile(r"Epoch 0/0\s.*?(\d+)/(\d+)", re.S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step():
+    """Issue 20: the cell showed the finished bar and a second one frozen at 17/30. The forked rank 0 draws Lightning's
+    (rich) bar in an ipywidgets.Output, setting and clearing its msg_id around each frame; a frame that reached the
+    front end after the clear (ipykernel sent each message of a forked child on a new socket, so out of order) landed
+    in the cell. The cell's outputs: one Output widget holding the bar, its last frame at 30/30, no bar outside it."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (SETUP, MONITOR_WITH_BAR)])
+    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", store_widget_state=True).execute()
+    outputs = nb.cells[1].outputs
+    outside = [o for o in outputs if BAR.search(json.dumps(o.get("data", {})) + o.get("text", ""))]
+    assert outside == [], outside  # no frame of the bar outside its widget
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    shown = {o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for o in outputs
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})}
+    bars = [state[m]["state"]["outputs"] for m in shown if state[m]["model_name"] == "OutputModel"]
+    assert len(bars) == 1, bars  # one progress bar (the other widget shown is the monitor's chart)
+    frames = [BAR.search(o["data"]["text/plain"]) for o in bars[0]]
+    assert len(frames) == 1 and frames[0] is not None, bars[0]  # each frame replaced the previous one
+    assert frames[0].groups() == ("30", "30")  # 480 samples / (2 ranks x batch 8): the bar ends at the last step
+
+
+ORDERED_WORKERS = f"""
+import multiprocessing, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order
+
+def work(rank):
+    ordered = keep_worker_output_in_order()
+    for i in range(300):  # one write a line: the two workers' lines interleave, never their halves
+        sys.stdout.write(f"{{rank}}:{{i}}\\n")
+        sys.stdout.flush()
+    sys.stdout.write(f"{{rank}}:ordered={{ordered}}\\n")
+    sys.stdout.flush()
+
+workers = [multiprocessing.get_context("fork").Process(target=work, args=(rank,)) for rank in (0, 1)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+time.sleep(1)  # as a fit goes on after its workers end (the weights come back): the kernel forwards what they wrote
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_forked_workers_output_reaches_the_notebook_complete_and_in_order():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(ORDERED_WORKERS)])
+    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    lines = [line.split(":") for line in _stdout(nb.cells[0]).splitlines()]
+    for rank in ("0", "1"):
+        mine = [value for r, value in lines if r == rank]
+        assert mine == [str(i) for i in range(300)] + ["ordered=True"], mine[-5:]

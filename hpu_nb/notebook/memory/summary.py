@@ -21,7 +21,7 @@ from hpu_nb.notebook.memory.history import (
     ChartHistory,
     as_float,
 )
-from hpu_nb.notebook.memory.svg import SvgPlot
+from hpu_nb.notebook.memory.svg import SvgPlot, rank_style
 from hpu_nb.runtime.env import format_bytes
 
 
@@ -64,6 +64,16 @@ class TrainingSummary:
     @property
     def peak(self) -> int:
         return int(max([p[MAX_IN_USE] for p in self.points] + [self.current.get("MaxInUse", 0)]))
+
+    @property
+    def rank_count(self) -> int:
+        """How many ranks' memory was gathered (0 on one device, or before the first gather)."""
+        rows = self.ranks.get("in_use") or []
+        return len(rows[0]) if self.ranks.get("x") and rows else 0
+
+    def rank_series(self, rank: int) -> tuple[list[float], list[float]]:
+        """Rank `rank`'s InUse at the gathered batches: (batches, bytes)."""
+        return list(self.ranks["x"]), [float(row[rank]) for row in self.ranks["in_use"]]
 
     def training(self) -> dict[str, float] | None:
         """Loss and throughput of the training batches: first / last loss, median step time, samples/s, steps/s."""
@@ -145,7 +155,9 @@ class TrainingSummary:
         if not self.points:
             return ""
         limit, peak = self.limit or 1, self.peak
-        top = max(peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0))
+        ranks = [self.rank_series(r) for r in range(self.rank_count)]
+        top = max([peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0)]
+                  + [max(values) for _, values in ranks])
         show_limit = bool(self.oom) or top >= 0.05 * limit
         ymax = max(limit if show_limit else top, top, 1) * 1.08
         plot = SvgPlot(self.points, width, height, ymax, self.oom.get("x", 0))
@@ -156,7 +168,10 @@ class TrainingSummary:
         else:
             parts.append(f'<text x="{plot.left + 6}" y="{plot.top + 12}" fill="#d62728">Limit {format_bytes(limit)} '
                          "(off scale)</text>")
+        # rank 0's wide band under the lines, the other ranks' dashed lines over them (svg.RANK_STYLES)
+        parts += [plot.rank_line(0, *ranks[0])] if ranks else []
         parts += [plot.line(MAX_IN_USE, "#ff7f0e"), plot.line(IN_USE, "#1f77b4")]
+        parts += [plot.rank_line(r, *series) for r, series in enumerate(ranks) if r]
         if self.oom:
             x, y0 = plot.sx(self.oom["x"]), plot.sy(self.oom["in_use"])
             y1 = max(plot.sy(self.oom["in_use"] + (self.oom.get("requested") or 0)), plot.top)
@@ -199,13 +214,26 @@ class TrainingSummary:
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="220" font-family="sans-serif" '
                 f'font-size="10">{inner[0]}<g transform="translate(0,120)">{inner[1]}</g></svg>')
 
+    def legend_html(self) -> str:
+        """The charts' legend: one entry per line drawn, each rank's with a swatch of its own line style."""
+        of_rank0 = " (rank 0)" if self.rank_count else ""
+        entries = [f'<span style="color:#1f77b4">━ InUse{of_rank0}</span>',
+                   f'<span style="color:#ff7f0e">━ MaxInUse{of_rank0}</span>',
+                   '<span style="color:#d62728">┅ Limit</span>']
+        for rank in range(self.rank_count):
+            colour, width, dash, opacity = rank_style(rank)
+            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            swatch = (f'<svg width="20" height="8" style="vertical-align:middle"><line x1="0" y1="4" x2="20" '
+                      f'y2="4" stroke="{colour}" stroke-width="{width:g}" stroke-opacity="{opacity:g}"{dashed}/></svg>')
+            entries.append(f'<span data-series="rank{rank}" style="color:{colour}">{swatch} rank {rank} InUse</span>')
+        entries += ['<span style="color:#2ca02c">━ training loss</span>',
+                    '<span style="color:#9467bd">━ samples/s per step</span>',
+                    '<span style="color:#999">┆ epoch</span>']
+        return f'<div style="font-size:11px">{" ".join(entries)}</div>'
+
     def html(self) -> str:
         lines = self.lines()
-        legend = ('<div style="font-size:11px"><span style="color:#1f77b4">━ InUse</span> '
-                  '<span style="color:#ff7f0e">━ MaxInUse</span> <span style="color:#d62728">┅ Limit</span> '
-                  '<span style="color:#2ca02c">━ training loss</span> '
-                  '<span style="color:#9467bd">━ samples/s per step</span> '
-                  '<span style="color:#999">┆ epoch</span></div>')
+        legend = self.legend_html()
         body = "<br>".join(html.escape(line) for line in lines[1:])
         training = self.training_svg()
         charts = self.memory_svg() + ("<br>" + training if training else "")

@@ -7,6 +7,22 @@ import math
 
 from hpu_nb.notebook.memory.history import EPOCH, X
 
+# Each rank's InUse line: colour, width, dash, opacity (the live chart's RANK_STYLES in static/training_chart.js are the
+# same). Rank 0 is a wide pale band under the lines, the others narrow dashed lines over it: ranks with the same
+# memory still read as two series (a dashed line inside a band), not as one line.
+RANK_STYLES = (
+    ("#17becf", 6.0, "", 0.45),
+    ("#8c564b", 1.8, "6,3", 1.0),
+    ("#e377c2", 1.8, "2,2", 1.0),
+    ("#7f7f7f", 1.8, "8,2,2,2", 1.0),
+    ("#bcbd22", 1.8, "1,3", 1.0),
+)
+
+
+def rank_style(rank: int) -> tuple[str, float, str, float]:
+    """Colour, width, dash and opacity of rank `rank`'s line (the styles repeat after the fifth rank)."""
+    return RANK_STYLES[0] if rank == 0 else RANK_STYLES[1 + (rank - 1) % (len(RANK_STYLES) - 1)]
+
 
 class SvgPlot:
     """Coordinates and frame of one static SVG chart over the batch axis."""
@@ -49,3 +65,13 @@ class SvgPlot:
         pts = " ".join(f"{self.sx(p[X]):.1f},{self.sy(p[column]):.1f}" for p in self.points
                        if math.isfinite(p[column]))
         return f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" {dash} points="{pts}"/>'
+
+
+    def rank_line(self, rank: int, xs: list[float], values: list[float]) -> str:
+        """Rank `rank`'s InUse at the gathered batches `xs` (its own style, see RANK_STYLES)."""
+        colour, width, dash, opacity = rank_style(rank)
+        pts = " ".join(f"{self.sx(x):.1f},{self.sy(v):.1f}" for x, v in zip(xs, values, strict=True)
+                       if math.isfinite(v))
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
+        return (f'<polyline data-series="rank{rank}" fill="none" stroke="{colour}" stroke-width="{width:g}" '
+                f'stroke-opacity="{opacity:g}" stroke-linejoin="round"{dashed} points="{pts}"/>')

@@ -11,7 +11,22 @@ const STORES = new Map();
 const FIELDS = ["x", "Limit", "InUse", "MaxInUse", "stage", "epoch", "loss", "seconds", "samples", "batches"];
 const F = Object.fromEntries(FIELDS.map((name, i) => [name, i]));
 const COLORS = { Limit: "#d62728", InUse: "#1f77b4", MaxInUse: "#ff7f0e", loss: "#2ca02c", rate: "#9467bd" };
-const RANK_COLORS = ["#1f77b4", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#aec7e8", "#98df8a"];
+// Each rank's InUse line, as hpu_nb/notebook/memory/svg.py RANK_STYLES (the saved notebook's snapshot): rank 0 a wide
+// pale band under the lines, the others narrow dashed lines over it, so ranks with the same memory still read as two
+// series (a dashed line inside a band), not as one line.
+const RANK_STYLES = [
+  { colour: "#17becf", width: 6, dash: "", opacity: 0.45 },
+  { colour: "#8c564b", width: 1.8, dash: "6 3", opacity: 1 },
+  { colour: "#e377c2", width: 1.8, dash: "2 2", opacity: 1 },
+  { colour: "#7f7f7f", width: 1.8, dash: "8 2 2 2", opacity: 1 },
+  { colour: "#bcbd22", width: 1.8, dash: "1 3", opacity: 1 },
+];
+const rankStyle = (r) => (r === 0 ? RANK_STYLES[0] : RANK_STYLES[1 + ((r - 1) % (RANK_STYLES.length - 1))]);
+
+function rankCount(ranks) {
+  const inUse = (ranks && ranks.in_use) || [];
+  return ranks && ranks.x && ranks.x.length && inUse.length ? inUse[0].length : 0;
+}
 const W = 640, L = 72, R = 14;
 const PANELS = [
   { key: "memory", height: 190, title: "device memory" },
@@ -175,19 +190,23 @@ function drawChart(svg, store, model, scaleMode) {
       node("line", { x1: L, x2: L + w, y1: sy(v), y2: sy(v), class: "hpu-tc-grid" }, svg, SVG);
       text(svg, { x: L - 6, y: sy(v) + 4, "text-anchor": "end", class: "hpu-tc-tick" }, formatBytes(v));
     }
+    const rx = ranks.x || [];
+    const inUse = ranks.in_use || [];
+    const rankLine = (r) => {
+      const d = rx.map((x, i) => `${i ? "L" : "M"}${sx(x).toFixed(1)},${sy(inUse[i][r]).toFixed(1)}`).join("");
+      const style = rankStyle(r);
+      node("path", { d, class: "hpu-tc-rank", stroke: style.colour, "stroke-width": style.width,
+        "stroke-opacity": style.opacity, "stroke-dasharray": style.dash || "none", "data-series": `rank${r}` },
+      svg, SVG);
+    };
+    const nRanks = rankCount(ranks);
+    if (nRanks) rankLine(0);  // under the lines
     const series = showLimit ? ["Limit", "MaxInUse", "InUse"] : ["MaxInUse", "InUse"];
     for (const name of series) {
       node("path", { d: pathOf(pts, sx, sy, (p) => p[F[name]]), class: `hpu-tc-line hpu-tc-${name}`,
         stroke: COLORS[name], "data-series": name }, svg, SVG);
     }
-    const rx = ranks.x || [];
-    const inUse = ranks.in_use || [];
-    const nRanks = inUse.length ? inUse[0].length : 0;
-    for (let r = 0; r < nRanks; r += 1) {
-      const d = rx.map((x, i) => `${i ? "L" : "M"}${sx(x).toFixed(1)},${sy(inUse[i][r]).toFixed(1)}`).join("");
-      node("path", { d, class: "hpu-tc-rank", stroke: RANK_COLORS[r % RANK_COLORS.length], "data-series": `rank${r}` },
-        svg, SVG);
-    }
+    for (let r = 1; r < nRanks; r += 1) rankLine(r);  // over them
     if (!showLimit) {
       text(svg, { x: L + w - 6, y: top + 12, "text-anchor": "end", class: "hpu-tc-offscale" },
         `Limit ${formatBytes(limit)} off scale (peak ${(100 * peak / limit).toFixed(2)}% of it)`);
@@ -260,6 +279,36 @@ function drawCounters(table, model) {
   }
 }
 
+// One entry per line drawn; on several cards InUse / MaxInUse are rank 0's samples and each rank has its own entry.
+function drawLegend(legend, ranks) {
+  while (legend.firstChild) legend.removeChild(legend.firstChild);
+  const nRanks = rankCount(ranks);
+  const ofRank0 = nRanks ? " (rank 0)" : "";
+  const item = (name, series) => node("span", { class: "hpu-tc-legend-item", "data-series": series }, legend);
+  for (const [name, series, colour, cls] of [[`InUse${ofRank0}`, "InUse", COLORS.InUse, ""],
+    [`MaxInUse${ofRank0}`, "MaxInUse", COLORS.MaxInUse, ""], ["Limit", "Limit", COLORS.Limit, " dashed"]]) {
+    const entry = item(name, series);
+    node("span", { class: `hpu-tc-swatch${cls}`, style: `background:${colour}` }, entry);
+    entry.appendChild(document.createTextNode(name));
+  }
+  for (let r = 0; r < nRanks; r += 1) {
+    const style = rankStyle(r);
+    const entry = item(`rank ${r} InUse`, `rank${r}`);
+    entry.setAttribute("title", `rank ${r}'s InUse, gathered every log_every_n_steps training steps`);
+    const swatch = node("svg", { width: 20, height: 8, class: "hpu-tc-rank-swatch" }, entry, SVG);
+    node("line", { x1: 0, y1: 4, x2: 20, y2: 4, stroke: style.colour, "stroke-width": style.width,
+      "stroke-opacity": style.opacity, "stroke-dasharray": style.dash || "none" }, swatch, SVG);
+    entry.appendChild(document.createTextNode(`rank ${r} InUse`));
+  }
+  for (const [name, series, colour, cls] of [["training loss", "loss", COLORS.loss, ""],
+    ["samples/s per step", "rate", COLORS.rate, ""], ["epoch boundary", "epoch", "#999", " dotted"],
+    ["validation", "validation", "#9467bd", " band"]]) {
+    const entry = item(name, series);
+    node("span", { class: `hpu-tc-swatch${cls}`, style: `background:${colour}` }, entry);
+    entry.appendChild(document.createTextNode(name));
+  }
+}
+
 function nearest(points, x) {
   let lo = 0, hi = points.length - 1;
   while (lo < hi) {
@@ -270,9 +319,19 @@ function nearest(points, x) {
   return lo;
 }
 
-function hoverText(p, stages, emulated) {
+function hoverText(p, stages, emulated, ranks) {
+  const nRanks = rankCount(ranks);
   const lines = [`batch ${p[F.x]} · epoch ${p[F.epoch]} · ${stages[p[F.stage]] || "?"}`,
-    `InUse ${formatBytes(p[F.InUse])} · MaxInUse ${formatBytes(p[F.MaxInUse])} · Limit ${formatBytes(p[F.Limit])}`];
+    `InUse ${formatBytes(p[F.InUse])} · MaxInUse ${formatBytes(p[F.MaxInUse])} · Limit ${formatBytes(p[F.Limit])}` +
+    (nRanks ? " (rank 0)" : "")];
+  if (nRanks) {  // the gathered ranks at the nearest gathered batch
+    let i = 0;
+    for (let j = 1; j < ranks.x.length; j += 1) {
+      if (Math.abs(ranks.x[j] - p[F.x]) < Math.abs(ranks.x[i] - p[F.x])) i = j;
+    }
+    const each = ranks.in_use[i].map((v, r) => `rank ${r} ${formatBytes(v)}`).join(" · ");
+    lines.push(`InUse at batch ${ranks.x[i]}: ${each}`);
+  }
   if (Number.isFinite(p[F.loss])) lines.push(`loss ${fmt(p[F.loss], 4)}`);
   if (p[F.batches] > 0 && p[F.seconds] > 0) {
     lines.push(`step time ${(1000 * p[F.seconds] / p[F.batches]).toFixed(1)} ms · ` +
@@ -314,13 +373,6 @@ function render({ model, el: root }) {
   const side = node("div", { class: "hpu-tc-side" }, body);
   const table = node("table", { class: "hpu-tc-counters" }, side);
   const legend = node("div", { class: "hpu-tc-legend" }, root);
-  for (const [name, colour, cls] of [["InUse", COLORS.InUse, ""], ["MaxInUse", COLORS.MaxInUse, ""],
-    ["Limit", COLORS.Limit, " dashed"], ["training loss", COLORS.loss, ""], ["samples/s per step", COLORS.rate, ""],
-    ["epoch boundary", "#999", " dotted"], ["validation", "#9467bd", " band"]]) {
-    const item = node("span", { class: "hpu-tc-legend-item" }, legend);
-    node("span", { class: `hpu-tc-swatch${cls}`, style: `background:${colour}` }, item);
-    item.appendChild(document.createTextNode(name));
-  }
   const note = node("div", { class: "hpu-tc-summary" }, root);
 
   let frame = null;
@@ -340,6 +392,7 @@ function render({ model, el: root }) {
         scaleBtn.textContent = scaleMode === "auto" ? "memory axis: auto" : "memory axis: Limit";
         geometry = drawChart(svg, store, model, scaleMode);
         drawCounters(table, model);
+        drawLegend(legend, model.get("ranks"));
         const oom = model.get("oom") || {};
         note.textContent = oom.message ? `Out of memory: ${oom.message}` : model.get("summary");
         note.classList.toggle("hpu-tc-summary-oom", Boolean(oom.message));
@@ -363,7 +416,7 @@ function render({ model, el: root }) {
     const cx = geometry.sx(p[F.x]);
     cursor.setAttribute("x1", cx); cursor.setAttribute("x2", cx);
     cursor.setAttribute("y1", 6); cursor.setAttribute("y2", geometry.H - 20);
-    tip.textContent = hoverText(p, model.get("stages") || [], model.get("is_emulated"));
+    tip.textContent = hoverText(p, model.get("stages") || [], model.get("is_emulated"), model.get("ranks"));
     tip.style.display = "block";
     const hb = holder.getBoundingClientRect();
     let left = ev.clientX - hb.left + 14;
