@@ -5,7 +5,8 @@
   wrote (computed there from the whole weights, gathered from both ranks);
 - none of those fits shows a stderr output (red) other than Lightning's own lines and hpu_nb's one line;
 - MemoryMonitor on 2 cards draws both ranks' memory live (the rank0 / rank1 paths of the chart's SVG gain points while
-  the cell runs) and its summary names both ranks after fit.
+  the cell runs), each rank in a style of its own with its own legend entry, and its summary names both ranks after
+  fit; the cell shows one progress bar, ending at the last step.
 
 The tests share one page and one kernel (module fixture `page`): the browser and the kernel start once. Run alone they
 run the cells they read. Screenshots go to the artifacts folder (docs/screenshots/ with HPU_NB_UPDATE_SCREENSHOTS=1).
@@ -211,6 +212,20 @@ RANK_POINTS = """(i) => { const cell = window.jupyterapp.shell.currentWidget.con
             window.jupyterapp.shell.currentWidget.content.widgets[i].model.executionCount === null]; }"""
 
 
+# the chart's legend entries and the rank lines' styles; the progress bars anywhere in the cell's outputs (the
+# innermost output elements, a widget's own outputs included) and what each says
+CHART_PARTS = """(i) => { const cell = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
+    const legend = Array.from(cell.querySelectorAll('.hpu-tc-legend-item'))
+        .map((e) => [e.getAttribute('data-series'), e.textContent]);
+    const styles = Array.from(cell.querySelectorAll("svg.hpu-tc-chart path.hpu-tc-rank")).map((p) =>
+        [p.getAttribute('data-series'), p.getAttribute('stroke'), p.getAttribute('stroke-width'),
+         p.getAttribute('stroke-dasharray')]);
+    const bars = Array.from(cell.querySelectorAll('.jp-OutputArea-output'))
+        .filter((e) => !e.querySelector('.jp-OutputArea-output') && /Epoch \\d+\\/\\d+/.test(e.innerText))
+        .map((e) => e.innerText.trim());
+    return { legend, styles, bars }; }"""
+
+
 def test_memory_monitor_on_two_cards_draws_both_ranks_live(page: MulticardPage) -> None:
     lab = page.lab
     page.ensure(0)
@@ -243,6 +258,15 @@ def test_memory_monitor_on_two_cards_draws_both_ranks_live(page: MulticardPage) 
     assert final[0] == final[1] == 30, final  # every training step of the 480 samples / (2 ranks x batch 8)
     summary = output.locator(".hpu-tc-summary").inner_text()
     assert "rank 0" in summary and "rank 1" in summary, summary
+    parts = lab.page.evaluate(CHART_PARTS, MONITOR_CELL)
+    # issue 20: both ranks named in the legend and drawn in styles of their own (they use the same memory here)
+    legend = dict(parts["legend"])
+    assert legend.get("rank0") == "rank 0 InUse" and legend.get("rank1") == "rank 1 InUse", parts["legend"]
+    assert legend.get("InUse") == "InUse (rank 0)", parts["legend"]
+    styles = {series: tuple(style) for series, *style in parts["styles"]}
+    assert sorted(styles) == ["rank0", "rank1"] and styles["rank0"] != styles["rank1"], styles
+    # one progress bar (Lightning's, drawn by the forked rank 0), at the last step: 480 samples / (2 ranks x batch 8)
+    assert len(parts["bars"]) == 1 and re.search(r"\b30/30\b", parts["bars"][0]), parts["bars"]
     unexpected = [line for line in page.stderr_lines(MONITOR_CELL)
                   if not any(re.fullmatch(p, line.strip()) for p in EXPECTED_STDERR)]
     assert unexpected == [], "\n".join(unexpected)  # no "all_gather is deprecated"

@@ -11,7 +11,7 @@ from hpu_nb.notebook.memory.history import EPOCH, X
 # same). Rank 0 is a wide pale band under the lines, the others narrow dashed lines over it: ranks with the same
 # memory still read as two series (a dashed line inside a band), not as one line.
 RANK_STYLES = (
-    ("#17becf", 6.0, "", 0.45),
+    ("#17becf", 8.0, "", 0.4),
     ("#8c564b", 1.8, "6,3", 1.0),
     ("#e377c2", 1.8, "2,2", 1.0),
     ("#7f7f7f", 1.8, "8,2,2,2", 1.0),

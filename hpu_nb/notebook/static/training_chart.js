@@ -15,7 +15,7 @@ const COLORS = { Limit: "#d62728", InUse: "#1f77b4", MaxInUse: "#ff7f0e", loss: 
 // pale band under the lines, the others narrow dashed lines over it, so ranks with the same memory still read as two
 // series (a dashed line inside a band), not as one line.
 const RANK_STYLES = [
-  { colour: "#17becf", width: 6, dash: "", opacity: 0.45 },
+  { colour: "#17becf", width: 8, dash: "", opacity: 0.4 },
   { colour: "#8c564b", width: 1.8, dash: "6 3", opacity: 1 },
   { colour: "#e377c2", width: 1.8, dash: "2 2", opacity: 1 },
   { colour: "#7f7f7f", width: 1.8, dash: "8 2 2 2", opacity: 1 },
