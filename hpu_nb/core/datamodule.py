@@ -52,7 +52,7 @@ def habana_or_torch_loader() -> type:
     if not get_backend().has_media_engine:
         return DataLoader
     try:
-        import habana_dataloader
+        import habana_dataloader  # noqa: PLC0415 -- lazy: optional, Gaudi only (Habana's media loader)
     except ImportError as err:
         raise ImportError(
             "HPUDataModule loads data with Habana's media loader on a Gaudi, and `habana_dataloader` cannot be imported"
@@ -261,7 +261,7 @@ class HPUDataModule(LightningDataModule):
 def _torchvision() -> tuple[Any, Any]:
     """torchvision's datasets and transforms, imported only for image folders: hpu_nb does not depend on it."""
     try:
-        from torchvision import datasets, transforms
+        from torchvision import datasets, transforms  # noqa: PLC0415 -- lazy: torchvision is optional
     except ImportError as err:
         raise ImportError(
             f"HPUDataModule reads train_dir / val_dir with torchvision.datasets.ImageFolder, and torchvision cannot be"

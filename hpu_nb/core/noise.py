@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+import torch.distributed as dist
 from typing_extensions import override
 
 BARRIER_DEVICE = r"barrier\(\): using the device under current context"
@@ -91,10 +92,8 @@ def quiet_deepspeed_initialize() -> Iterator[None]:
 def use_current_collective_names() -> bool:
     """Hand DeepSpeed's torch comm backend torch's current names for its two gathered / scattered collectives
     (`all_gather_single`, `reduce_scatter_single`) instead of the deprecated ones it picks. Returns True if changed."""
-    import torch.distributed as dist
-
     try:
-        from deepspeed.comm import comm as ds_comm
+        from deepspeed.comm import comm as ds_comm  # noqa: PLC0415 -- lazy: deepspeed is optional
     except ImportError:
         return False
     backend = getattr(ds_comm, "cdb", None)

@@ -29,6 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
 OpListSource = str | os.PathLike[str] | Iterable[str] | None
@@ -79,8 +82,6 @@ class OpLists:
 @functools.lru_cache(maxsize=1)
 def aten_ops() -> frozenset[str]:
     """ATen op names without overloads: what Habana's op lists name."""
-    import torch
-
     names = set()
     for qualified in torch._C._dispatch_get_all_op_names():
         ns, _, rest = qualified.partition("::")
@@ -208,8 +209,6 @@ def shadowed_fp32_ops(lists: OpLists, lower_in_force: Iterable[str]) -> list[str
 def apply_op_lists(lists: OpLists) -> tuple[bool, str]:
     """Make `lists` the op lists in force: set the variables the installed release reads and have the device load
     them. Returns (in force in this process, a note for the user)."""
-    from hpu_nb.runtime import get_backend
-
     backend = get_backend()
     lower_env, fp32_env = backend.op_list_envs()
     if lists.lower is not None:

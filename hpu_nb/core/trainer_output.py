@@ -18,7 +18,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from lightning.pytorch.trainer import setup as trainer_setup
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
+
+from hpu_nb.core.selection import is_hpu_accelerator
+from hpu_nb.runtime import get_backend
 
 RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
 DROPPED_PREFIXES = ("💡 Tip:", "HPU available:")  # while an HPU Trainer is built and runs
@@ -27,8 +32,6 @@ _state = threading.local()
 
 def hpu_device_line(trainer: Any) -> str:
     """`HPU: using 2 of 8 x GAUDI2 (emulated Gaudi on the CPU)`."""
-    from hpu_nb.runtime import get_backend
-
     backend = get_backend()
     return f"HPU: using {trainer.num_devices} of {backend.device_count()} x {backend.device_name()} ({backend.kind})"
 
@@ -43,8 +46,6 @@ class HPUTrainerNoiseFilter(logging.Filter):
 
 def install() -> bool:
     """Wrap Lightning's `_log_device_info` (once). Returns False when this Lightning has no such function."""
-    from lightning.pytorch.trainer import setup as trainer_setup
-
     original: Callable[[Any], None] | None = getattr(trainer_setup, "_log_device_info", None)
     if original is None:
         return False
@@ -56,10 +57,6 @@ def install() -> bool:
 
     @functools.wraps(original)
     def _log_device_info(trainer: Any) -> None:
-        from lightning.pytorch.utilities.rank_zero import rank_zero_info
-
-        from hpu_nb.core.selection import is_hpu_accelerator
-
         _state.hpu_trainer = False
         if not is_hpu_accelerator(trainer.accelerator):
             return original(trainer)

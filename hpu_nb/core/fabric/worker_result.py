@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 
 
 @dataclass
@@ -29,8 +30,6 @@ class WorkerResult:
 
 def returning_bytes(function: Callable[..., Any]) -> Callable[..., WorkerResult]:
     """`function`, returning its result as a WorkerResult."""
-    from lightning.fabric.utilities.apply_func import move_data_to_device
-
     def run(*args: Any, **kwargs: Any) -> WorkerResult:
         buffer = io.BytesIO()
         torch.save(move_data_to_device(function(*args, **kwargs), "cpu"), buffer)

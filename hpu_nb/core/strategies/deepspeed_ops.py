@@ -18,7 +18,7 @@ BUILDERS = ("CPUAdamBuilder",)  # what ZeRO-Offload loads through the HPU accele
 def build_ops(builders: tuple[str, ...] = BUILDERS) -> None:
     """Compile (or find already compiled) each op in `builders`."""
     require_deepspeed()
-    from deepspeed.accelerator import get_accelerator  # deepspeed: an optional dependency (the deepspeed extra)
+    from deepspeed.accelerator import get_accelerator  # noqa: PLC0415 -- lazy: deepspeed is optional (its extra)
 
     for name in builders:
         get_accelerator().create_op_builder(name).load()

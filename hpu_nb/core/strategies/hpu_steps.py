@@ -14,6 +14,7 @@ from lightning.pytorch.plugins.io.checkpoint_plugin import CheckpointIO
 from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
 from typing_extensions import override
 
+from hpu_nb.core.accelerator import HPUAccelerator, NotAnHPUError
 from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.runtime import get_backend
 
@@ -36,8 +37,6 @@ class HPUAcceleratorOnly:
     @accelerator.setter
     @override
     def accelerator(self, accelerator: Any) -> None:
-        from hpu_nb.core.accelerator import HPUAccelerator, NotAnHPUError
-
         if accelerator is not None and not isinstance(accelerator, HPUAccelerator):
             raise NotAnHPUError(
                 f"{type(self).__name__} requires HPUAccelerator, got {type(accelerator).__name__}: use"

@@ -26,16 +26,16 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed import TCPStore
 
 from hpu_nb.core.strategies.rank_processes import (  # noqa: F401  (PARENT_PID_ENV: re-exported, as before)
     EXIT_KEY_PREFIX,
     PARENT_PID_ENV,
     process_running,
 )
-
-if TYPE_CHECKING:
-    from torch.distributed import TCPStore
 
 TIMEOUT_ENV = "HPU_NB_COLLECTIVE_TIMEOUT"
 MAX_COLLECTIVE_TIMEOUT_S = 365 * 24 * 3600.0
@@ -86,8 +86,6 @@ def is_communication_failure(err: BaseException, phase: str | None) -> bool:
 
     torch's distributed errors say so by type; gloo's plain RuntimeErrors by their text, raised inside a collective.
     """
-    import torch.distributed as dist
-
     if isinstance(err, getattr(dist, "DistError", ())):
         return True
     return (phase in COLLECTIVE_PHASES and isinstance(err, RuntimeError)
@@ -145,8 +143,6 @@ class RankProgress:
     # -- reporting ----------------------------------------------------------------------------------------------------
     def start(self, host: str, port: int) -> None:
         """Connect to the job's c10d store (a client of the one torch.distributed uses) and report from a thread."""
-        from torch.distributed import TCPStore
-
         try:
             self._store = TCPStore(
                 host, port, is_master=False, timeout=timedelta(seconds=10), wait_for_workers=False
@@ -301,7 +297,7 @@ class RankProgress:
 
 def _is_stopped(report: dict[str, Any]) -> bool:
     """Whether the reporting rank's process, on this host, is stopped (SIGSTOP / SIGTSTP)."""
-    import psutil
+    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     if report["host"] != socket.gethostname():
         return False

@@ -30,7 +30,9 @@ from lightning.fabric.utilities.distributed import _distributed_is_initialized, 
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+from lightning.pytorch.trainer.connectors import accelerator_connector
 from torch import Tensor
+from torch.distributed import ReduceOp
 from typing_extensions import override
 
 from hpu_nb.core import noise
@@ -59,8 +61,6 @@ REDUCE_OPS = ("sum", "product", "min", "max", "mean")  # HCCL's (the bridge's hc
 def reduce_op_name(reduce_op: Any) -> str:
     """'sum' | 'product' | 'min' | 'max' | 'mean' for a string or ReduceOp; a TypeError (as lightning-habana raised)
     for what HCCL cannot do."""
-    from torch.distributed import ReduceOp
-
     if reduce_op is None:
         return "mean"
     if isinstance(reduce_op, str):
@@ -91,8 +91,6 @@ def hccl_reduce(tensor: Tensor, group: Any = None, reduce_op: Any = "mean") -> T
     name = reduce_op_name(reduce_op)
     if not isinstance(tensor, Tensor) or not _distributed_is_initialized():
         return tensor
-    from torch.distributed import ReduceOp
-
     group = torch.distributed.group.WORLD if group is None else group
     if name != "mean":
         torch.distributed.all_reduce(tensor, op=getattr(ReduceOp, name.upper()), group=group)
@@ -106,8 +104,6 @@ def hccl_reduce(tensor: Tensor, group: Any = None, reduce_op: Any = "mean") -> T
 # -- launching ------------------------------------------------------------------------------------------------------
 def in_interactive_session() -> bool:
     """What Lightning's connector believes (it only accepts fork launchers when this is True)."""
-    from lightning.pytorch.trainer.connectors import accelerator_connector
-
     return bool(accelerator_connector._IS_INTERACTIVE)
 
 

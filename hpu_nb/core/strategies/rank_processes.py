@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import gc
 import multiprocessing.process
 import os
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from torch.distributed import TCPStore
 from typing_extensions import Self
 
 PARENT_PID_ENV = "HPU_NB_LAUNCHER_PID"  # set for the ranks a launcher starts: they die with that process
@@ -48,8 +50,6 @@ def die_with_parent(parent_pid: int) -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     pr_set_pdeathsig = 1
     try:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
@@ -97,7 +97,7 @@ def describe_exit(returncode: int) -> str:
 
 def process_running(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie has ended: only its parent has still to collect its status)."""
-    import psutil
+    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -125,7 +125,7 @@ def child_returncode(handle: Any) -> int | None:
 def stop_processes(pids: list[int], grace: float = KILL_GRACE_S) -> None:
     """SIGTERM the processes (and SIGCONT: a stopped process acts on SIGTERM only once continued), SIGKILL those still
     running after `grace` seconds. Nothing is collected: each process's owner keeps its exit status."""
-    import psutil
+    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     procs = []
     for pid in pids:
@@ -156,8 +156,6 @@ def note_exit(address: tuple[str, int] | None, pid: int, returncode: int) -> Non
     """Leave in the job's store how a rank's process ended, for the ranks that waited for it to say so."""
     if address is None:
         return
-    from torch.distributed import TCPStore
-
     with contextlib.suppress(Exception):  # no store (it was in the process that ended): nobody is left to tell
         store = TCPStore(address[0], address[1], is_master=False, timeout=timedelta(seconds=2),
                          wait_for_workers=False)
@@ -286,7 +284,7 @@ def stop_script_ranks() -> None:
 
 
 def _wait_ended_pids(pids: list[int], timeout: float) -> None:
-    import psutil
+    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     procs = []
     for pid in pids:
