@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hpu_nb.core.strategies.deepspeed import require_deepspeed
+
 OPS = {"ShareMemCommBuilder": "the CPU communication op", "CPUAdamBuilder": "DeepSpeedCPUAdam (ZeRO-Offload)"}
 MINUTES_EACH = 2  # measured: about 2 minutes per op on a 2-core machine
 
@@ -20,11 +22,9 @@ DEFAULT_BUILDERS = ("CPUAdamBuilder",)
 
 def unbuilt_ops(builders: tuple[str, ...] = DEFAULT_BUILDERS) -> list[str]:
     """The builders among `builders` whose compiled library is not in the extensions folder yet."""
-    from hpu_nb.core.strategies.deepspeed import require_deepspeed
-
     require_deepspeed()
-    from deepspeed.accelerator import get_accelerator
-    from torch.utils.cpp_extension import _get_build_directory
+    from deepspeed.accelerator import get_accelerator  # noqa: PLC0415 -- lazy: deepspeed is optional
+    from torch.utils.cpp_extension import _get_build_directory  # noqa: PLC0415 -- lazy: ~0.5 s, with deepspeed only
 
     missing = []
     for name in builders:

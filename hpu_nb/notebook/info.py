@@ -286,7 +286,7 @@ def parse_args(line: str) -> tuple[bool, float]:
 
 def hpu_info(line: str = "") -> None:
     """The %hpu_info line magic: display the report (HTML + text, or text only with --text)."""
-    from IPython.display import display
+    from IPython.display import display  # noqa: PLC0415 -- lazy: the report renders without IPython (scripts)
 
     try:
         text_only, timeout = parse_args(line)
