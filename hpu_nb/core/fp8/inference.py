@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
@@ -156,7 +157,7 @@ def default_data_dir() -> Path:
 
     The cache directory is $HPU_NB_CACHE_DIR, else $XDG_CACHE_HOME/hpu_nb, else ~/.cache/hpu_nb: the same for the
     measuring and the quantizing process."""
-    from hpu_nb.runtime import cache_dir
+    from hpu_nb.runtime import cache_dir  # noqa: PLC0415 -- lazy: it loads the emulated device's build module
 
     base: Path = cache_dir()  # the runtime's lazy attribute (typed Any there)
     return base / DEFAULT_SUBDIR
@@ -209,8 +210,6 @@ def read_config(path: Path) -> dict[str, Any]:
 # -- ranks and measurement files ------------------------------------------------------------------------------------
 def rank_and_world() -> tuple[int, int] | None:
     """(rank, world size) as Intel Neural Compressor reads them (torch.distributed, else LOCAL_RANK / WORLD_SIZE)."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if os.environ.get("LOCAL_RANK") is not None:
