@@ -37,8 +37,8 @@ from hpu_nb.core.precision import HPUPrecisionPlugin
 from hpu_nb.core.profiler import register_profiler_string
 from hpu_nb.core.strategies.single import SingleHPUStrategy
 from hpu_nb.core.trainer_output import install as install_trainer_output
-from hpu_nb.emulator.habana import real_habana_spec
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.habana_install import real_habana_spec
 
 SUPPORTED_LIGHTNING = ((2, 6), (2, 7))  # [low, high)
 

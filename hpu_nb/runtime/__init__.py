@@ -12,8 +12,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from hpu_nb.emulator.habana import real_habana_spec
 from hpu_nb.runtime.env import lazy_mode_from_env
+from hpu_nb.runtime.habana_install import real_habana_spec
 
 if TYPE_CHECKING:
     from hpu_nb.runtime.base import DeviceBackend

@@ -28,6 +28,7 @@ from hpu_nb.core.oplists import OpListSource, apply_op_lists, load_op_lists, sha
 from hpu_nb.core.precision_names import validate_precision
 from hpu_nb.core.strategies.fsdp import HPUFSDPPrecision as TrainerFSDPPrecision
 from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
+from hpu_nb.runtime.autocast_lists import DEFAULT_LOWER_OPS
 
 __all__ = ["HPUFSDPPrecision", "HPUPrecision"]
 
@@ -90,8 +91,6 @@ class HPUPrecision(HPUFp8Mixin, Precision):
 
     def _use_op_lists(self) -> None:
         """Make the given lists the device's (process-wide, as on a Gaudi); refuse where they cannot take effect."""
-        from hpu_nb.emulator.hpu_device.autocast import DEFAULT_LOWER_OPS  # a plain list: no device is touched
-
         shadowed = shadowed_fp32_ops(self.op_lists, DEFAULT_LOWER_OPS)
         if shadowed:
             rank_zero_warn(

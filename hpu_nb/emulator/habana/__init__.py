@@ -18,17 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-PACKAGE = "habana_frameworks"
+# Asked by the finder so as never to shadow Habana's package; re-exported for callers that asked it here before.
+from hpu_nb.runtime.habana_install import HABANA_PACKAGE
+from hpu_nb.runtime.habana_install import real_habana_spec as real_habana_spec
+
+PACKAGE = HABANA_PACKAGE
 ROOT = Path(__file__).with_name(PACKAGE)
 HPU_MODULE = "habana_frameworks.torch.hpu"
 # The package Habana's transformer engine is a shim over (1.19+); fp8 checks (accelerate) look for it by name.
 TE_PACKAGE = "intel_transformer_engine"
 TE_ROOT = Path(__file__).with_name(TE_PACKAGE)
-
-
-def real_habana_spec() -> Any:
-    """The spec of an installed `habana_frameworks` on sys.path (Habana's, or the test fake), else None."""
-    return importlib.machinery.PathFinder.find_spec(PACKAGE)
 
 
 def is_emulated_module(module: Any) -> bool:

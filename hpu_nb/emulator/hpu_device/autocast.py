@@ -1,6 +1,7 @@
 """Autocast on the emulated `hpu` device: Habana's op lists and casting policies, applied at the AutocastHPU key.
 
-Modelled on Habana's bridge (hpu_ops/autocast_helpers, release 1.19): ops in the lower-precision list run in the
+Modelled on Habana's bridge (hpu_ops/autocast_helpers, release 1.19; its default lists, a fact about Habana's software
+on both backends, live in hpu_nb.runtime.autocast_lists): ops in the lower-precision list run in the
 autocast dtype (normalisation layers cast only their input), ops in the fp32 list run in float32, and a few
 element-wise ops run in the widest floating type of their inputs. A list file named by
 PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST / PT_HPU_AUTOCAST_FP32_OPS_LIST **replaces** the default list; each line is
@@ -18,24 +19,10 @@ from enum import IntEnum
 
 import torch
 
+from hpu_nb.runtime.autocast_lists import DEFAULT_FP32_OPS, DEFAULT_LOWER_OPS  # Habana's defaults, on both backends
 from hpu_nb.runtime.files import read_small_file
 from hpu_nb.runtime.generations import EMULATED_RELEASE, FP32_LIST_ENV, LOWER_LIST_ENV
 
-DEFAULT_LOWER_OPS = frozenset({
-    "addmm", "addbmm", "batch_norm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "dot", "dropout", "feature_dropout", "group_norm", "instance_norm",
-    "layer_norm", "leaky_relu", "linear", "matmul", "mean", "mm", "mul", "mv", "softmax", "log_softmax",
-    "scaled_dot_product_attention",
-})
-DEFAULT_FP32_OPS = frozenset({
-    "acos", "addcdiv", "asin", "atan2", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-    "cdist", "cosh", "cosine_embedding_loss", "cosine_similarity", "cross_entropy_loss", "dist", "div", "divide",
-    "embedding", "embedding_bag", "erfinv", "exp", "expm1", "hinge_embedding_loss", "huber_loss", "kl_div",
-    "l1_loss", "log", "log10", "log1p", "log2", "logsumexp", "margin_ranking_loss", "mse_loss", "multi_margin_loss",
-    "multilabel_margin_loss", "nll_loss", "pdist", "poisson_nll_loss", "pow", "reciprocal", "renorm", "rsqrt",
-    "sinh", "smooth_l1_loss", "soft_margin_loss", "softplus", "tan", "topk", "triplet_margin_loss", "truediv",
-    "true_divide",
-})
 PROMOTE_OPS = frozenset({"add", "addcmul", "addcdiv", "cat", "div", "exp", "mul", "pow", "sub", "iadd", "truediv",
                          "stack"})
 LOWER_FIRST_ARG_OPS = frozenset({"layer_norm", "group_norm", "instance_norm", "batch_norm"})
