@@ -640,10 +640,10 @@ def test_a_forked_worker_sends_its_output_on_one_pipe_in_order(monkeypatch: pyte
 def test_output_order_is_left_alone_in_the_kernel_itself_and_outside_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order
+    from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order, wait_for_worker_output
 
     kernel = _FakeIOPubThread(master=True)
     monkeypatch.setattr(sys, "stdout", type("OutStream", (), {"pub_thread": kernel})())
     assert not keep_worker_output_in_order() and "_really_send" not in vars(kernel) and kernel.pipes == []
     monkeypatch.setattr(sys, "stdout", type("Plain", (), {})())
-    assert not keep_worker_output_in_order()
+    assert not keep_worker_output_in_order() and not wait_for_worker_output()  # no kernel: nothing to wait for

@@ -242,7 +242,7 @@ def test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step():
 ORDERED_WORKERS = f"""
 import multiprocessing, sys, time
 sys.path.insert(0, {str(ROOT)!r})
-from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order
+from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order, wait_for_worker_output
 
 def work(rank):
     ordered = keep_worker_output_in_order()
@@ -257,7 +257,7 @@ for worker in workers:
     worker.start()
 for worker in workers:
     worker.join()
-time.sleep(1)  # as a fit goes on after its workers end (the weights come back): the kernel forwards what they wrote
+print(f"drained={{wait_for_worker_output()}}")  # the cell ends now: their output must be published before
 """
 
 
@@ -266,7 +266,9 @@ time.sleep(1)  # as a fit goes on after its workers end (the weights come back):
 def test_forked_workers_output_reaches_the_notebook_complete_and_in_order():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(ORDERED_WORKERS)])
     nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute()
-    lines = [line.split(":") for line in _stdout(nb.cells[0]).splitlines()]
+    text = _stdout(nb.cells[0])
+    assert text.rstrip().endswith("drained=True"), text[-200:]
+    lines = [line.split(":") for line in text.splitlines()[:-1]]
     for rank in ("0", "1"):
         mine = [value for r, value in lines if r == rank]
         assert mine == [str(i) for i in range(300)] + ["ordered=True"], mine[-5:]

@@ -65,7 +65,7 @@ from hpu_nb.notebook.memory.oom import oom_figures
 from hpu_nb.notebook.memory.packing import pack_points, unpack_points
 from hpu_nb.notebook.memory.relay import WorkerRelay
 from hpu_nb.notebook.memory.summary import TrainingSummary
-from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order
+from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order, wait_for_worker_output
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.runtime import get_backend, is_out_of_memory
 from hpu_nb.runtime.base import iter_tensors
@@ -396,6 +396,7 @@ class MemoryMonitor(Callback):
     def _stop_relay(self, relay: WorkerRelay) -> None:
         sending, self._relay = self._relay, None
         relay.stop(sending)
+        wait_for_worker_output()  # the workers' last output (the bar's last frame) before the cell's next output
 
     def _send_to_kernel(self, kind: str, **message: Any) -> None:
         """In rank 0 of forked workers: one message to the kernel's monitor (never stops training)."""

@@ -6,7 +6,9 @@ those sockets fair-queued, so two messages a child sent in a row can reach the f
 live progress bar (Lightning's default bar, drawn by the forked rank 0) shows each frame inside an `ipywidgets.Output`
 whose `msg_id` it sets, then clears, around every frame: a frame that arrives after the clear lands in the cell itself,
 a second bar frozen at that step (issue 20: "17/30" under the finished "30/30"). One socket per child keeps its
-messages in order; it is flushed when the worker exits (a multiprocessing finalizer: workers end with os._exit).
+messages in order; it is flushed when the worker exits (a multiprocessing finalizer: workers end with os._exit), and
+the kernel, once its workers ended, waits until it has read what they sent (`wait_for_worker_output`): a cell that ends
+right after its workers still shows their last lines (the front end drops what comes after the cell's end).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import multiprocessing.util
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 LINGER_MS = 3000  # as ipykernel's own pipe-out: how long a closing socket may take to deliver what it holds
+QUIET_CHECKS = 3  # the workers' pipe found empty this many times in a row (10 ms apart): all they sent was read
 
 
 def keep_worker_output_in_order() -> bool:
@@ -54,6 +58,40 @@ def keep_worker_output_in_order() -> bool:
     thread._hpu_nb_ordered_pid = owner
     multiprocessing.util.Finalize(None, close, exitpriority=100)  # before the process's os._exit
     return True
+
+
+def wait_for_worker_output(timeout: float = 2.0) -> bool:
+    """In the kernel, after its forked workers ended: wait (at most `timeout` s) until the kernel's IOPub thread has
+    read everything the workers sent, so it is published before what the cell does next. Returns whether it saw the
+    pipe empty (False outside a kernel, or if the pipe was still busy at the timeout)."""
+    thread = _iopub_thread()
+    pipe_in, loop = getattr(thread, "_pipe_in", None), getattr(thread, "io_loop", None)
+    try:
+        if pipe_in is None or loop is None or not thread._is_master_process() or not thread.thread.is_alive():
+            return False
+    except Exception:
+        return False
+    deadline = time.monotonic() + timeout
+    quiet, done, drained = [0], threading.Event(), [False]
+
+    def check() -> None:  # on the IOPub thread: the only thread that may touch its sockets
+        try:
+            pending = bool(pipe_in.socket.poll(0))
+        except Exception:
+            done.set()
+            return
+        quiet[0] = 0 if pending else quiet[0] + 1
+        if quiet[0] >= QUIET_CHECKS:
+            drained[0] = True
+            done.set()
+        elif time.monotonic() < deadline:
+            loop.call_later(0.01, check)
+        else:
+            done.set()
+
+    loop.add_callback(check)
+    done.wait(timeout + 1.0)
+    return drained[0]
 
 
 def _iopub_thread() -> Any:
