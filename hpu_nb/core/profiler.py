@@ -279,7 +279,6 @@ def register_profiler_string() -> bool:
             profiler = HPUProfiler()
         current(trainer, profiler)
 
-    _init_profiler._hpu_nb_hooked = True  # type: ignore[attr-defined]
-    _init_profiler._hpu_nb_original = current  # type: ignore[attr-defined]
+    vars(_init_profiler).update(_hpu_nb_hooked=True, _hpu_nb_original=current)  # marks: hooked, and Lightning's own
     setup._init_profiler = _init_profiler
     return True

@@ -69,7 +69,7 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         hmp_params: Mapping[str, Any] | None = None,
         scaler: torch.amp.GradScaler | None = None,
     ) -> None:
-        self.precision = validate_precision(precision)  # type: ignore[assignment]
+        self.precision = validate_precision(precision)
         self.device = device
         self.scaler = loss_scaler(self.precision, scaler)
         lower_list = _seed_alias("bf16_file_path", bf16_file_path, "lower_list", lower_list)
@@ -111,7 +111,7 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         return autocast_context(self.precision, recipe=self.recipe)
 
     @override
-    def forward_context(self) -> AbstractContextManager:
+    def forward_context(self) -> AbstractContextManager[None]:
         return self.autocast_context_manager()
 
     # -- the loss scaler of "16-mixed": Fabric's hooks (the Trainer's are in HPUPrecisionPlugin) -------------------

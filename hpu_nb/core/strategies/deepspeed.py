@@ -18,7 +18,7 @@ import os
 import weakref
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeGuard
 
 import torch
 from lightning.fabric.plugins.precision.utils import _convert_fp_tensor
@@ -51,9 +51,11 @@ __all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "deepspeed_iss
 EXTRA_HINT = "pip install 'hpu_nb[deepspeed]'"
 ZERO_STAGES = (0, 1, 2, 3)
 DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "fp8")
+EnginePrecision = Literal["32-true", "bf16-mixed", "bf16-true", "16-mixed"]  # Lightning's names: DeepSpeed runs one
+ENGINE_PRECISIONS: tuple[EnginePrecision, ...] = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
 # What DeepSpeed itself runs for a precision it has no name for: with "fp8", the fp8 layers run in fp8 autocast and
 # the rest in bf16 (as autocast_dtype("fp8")): DeepSpeed's bf16 section, bf16 inputs, as for "bf16-mixed".
-ENGINE_PRECISION = {"fp8": "bf16-mixed"}
+ENGINE_PRECISION: dict[str, EnginePrecision] = {"fp8": "bf16-mixed"}
 
 
 NOT_INSTALLED = (f"DeepSpeed is not installed, and HPUDeepSpeedStrategy needs it. Install the extra: `{EXTRA_HINT}` (on"
@@ -163,17 +165,18 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
         self, precision: str | int = "32-true", device: str = "hpu", recipe: Any = None, replace_layers: bool = False
     ) -> None:
         unified = _validate_deepspeed_precision(precision)
-        super().__init__(ENGINE_PRECISION.get(unified, unified))  # type: ignore[arg-type]
-        self.precision = unified  # type: ignore[assignment]
+        super().__init__(engine_precision_of(unified))
+        self.precision = unified
         self.device = device
         self._init_fp8(recipe, replace_layers)
-        self._planned: list[tuple[weakref.ref, Any]] = []  # inference conversions waiting for DeepSpeed's wrapping
+        # inference conversions waiting for DeepSpeed's wrapping
+        self._planned: list[tuple[weakref.ref[torch.nn.Module], fp8.InferencePlan]] = []
         self.inference_engine_dtype: torch.dtype | None = None  # set while deepspeed.init_inference's engine runs
 
     @property
-    def engine_precision(self) -> str:
+    def engine_precision(self) -> EnginePrecision:
         """The precision DeepSpeed's config is written for ("bf16-mixed" for "fp8")."""
-        return ENGINE_PRECISION.get(self.precision, self.precision)
+        return engine_precision_of(self.precision)
 
     def use_inference_engine(self, weights_dtype: torch.dtype | None) -> None:
         """Called by the strategy: the model runs in deepspeed.init_inference's engine, whose weights keep the engine's
@@ -190,7 +193,7 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
         return data  # "-mixed" / fp8: autocast does the casting, as HPUPrecisionPlugin's (and lightning-habana's)
 
     @override
-    def forward_context(self) -> AbstractContextManager:
+    def forward_context(self) -> AbstractContextManager[Any]:
         mixed = self.inference_engine_dtype is not None and "true" not in self.precision
         if self.precision == "fp8" or mixed:  # as HPUPrecisionPlugin's: autocast on "hpu" (and fp8 autocast)
             return autocast_context(self.precision, recipe=self.recipe)
@@ -198,7 +201,7 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
 
     @override
     def _convert_for_inference(
-        self, module: torch.nn.Module, quant: bool | str | dict, fp8_data_path: str | None
+        self, module: torch.nn.Module, quant: bool | str | dict[str, Any], fp8_data_path: str | None
     ) -> torch.nn.Module:
         fp8.require_fp8()
         self._planned.append((weakref.ref(module), fp8.plan_inference(quant, fp8_data_path)))
@@ -229,6 +232,17 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
                     " convert the LightningModule itself with HPUDeepSpeedPrecisionPlugin.convert_modules().")
         self._planned = waiting
         return root
+
+
+def engine_precision_of(unified: str) -> EnginePrecision:
+    """What DeepSpeed runs for a precision _validate_deepspeed_precision took: itself, or "bf16-mixed" for "fp8"."""
+    engine = ENGINE_PRECISION.get(unified, unified)
+    assert _is_engine_precision(engine)
+    return engine
+
+
+def _is_engine_precision(name: str) -> TypeGuard[EnginePrecision]:
+    return name in ENGINE_PRECISIONS
 
 
 def _validate_deepspeed_precision(precision: Any) -> str:
@@ -316,6 +330,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
             start_method=start_method,
             **kwargs,
         )
+        assert self.config is not None  # Lightning's __init__ builds one from the arguments when none is given
         validate_zero_config(self.config, get_backend())
         self.inference_kwargs = inference_kwargs
 
@@ -367,10 +382,13 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     def _apply_planned_fp8_conversions(self) -> None:
         """fp8 inference conversions wait for DeepSpeed's wrapping (its bf16 cast and hook removal come first)."""
         if isinstance(self.precision_plugin, HPUDeepSpeedPrecisionPlugin):
-            module = self.model.module
+            engine = self.model  # DeepSpeed's engine (training or inference): it runs its `module`
+            assert engine is not None
+            module = engine.module
+            assert isinstance(module, torch.nn.Module)
             converted = self.precision_plugin.apply_planned_conversions(module)
             if converted is not module:
-                self.model.module = converted
+                engine.module = converted
 
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
     @override
@@ -420,8 +438,9 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         inference_only = {key: self.config[key] for key in _inference_keys() & set(self.config)}
         if self.inference_kwargs or inference_only:  # DeepSpeed's inference engine (tensor parallel, kernels, dtype)
             remove_module_hooks(model)
-            self.model = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
-            self._use_inference_engine(self.model.module)
+            engine = deepspeed.init_inference(model=model, config=inference_only, **self.inference_kwargs)
+            self.model = engine
+            self._use_inference_engine(engine.module)
             self._apply_planned_fp8_conversions()
             return
         self._use_inference_engine(None)
@@ -498,7 +517,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        entries = (
+        entries: tuple[tuple[str, str, dict[str, Any]], ...] = (
             ("hpu_deepspeed", "DeepSpeed on HPU (ZeRO stage 2)", {}),
             ("hpu_deepspeed_stage_1", "DeepSpeed ZeRO stage 1 on HPU", {"stage": 1}),
             ("hpu_deepspeed_stage_2", "DeepSpeed ZeRO stage 2 on HPU", {"stage": 2}),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch.plugins.precision.fsdp import FSDPPrecision
@@ -27,6 +27,13 @@ from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.base import DeviceBackend
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecision
+
+    from hpu_nb.core.strategies.hosts import FSDPPrecisionHost
+else:
+    FSDPPrecisionHost = object  # a base for the type checker only (hosts.py)
 
 __all__ = [
     "HPUFSDPPrecision",
@@ -77,7 +84,7 @@ def validate_fsdp_precision(precision: str | int) -> str:
     return unified
 
 
-class HPUFSDPPrecisionMixin:
+class HPUFSDPPrecisionMixin(FSDPPrecisionHost):
     """What FSDP precision means on HPU, for the Trainer's plugin and Fabric's (each also a Lightning FSDPPrecision).
 
     FSDP's MixedPrecision as lightning-habana had it: "-mixed" keeps the parameters in float32 (autocast computes in
@@ -85,7 +92,6 @@ class HPUFSDPPrecisionMixin:
     "hpu" for the "-mixed" precisions; the others need nothing (the parameters carry the dtype).
     """
 
-    precision: str
     scaler: Any
 
     def _init_fsdp_precision(self, precision: str | int, scaler: Any) -> None:
@@ -95,12 +101,12 @@ class HPUFSDPPrecisionMixin:
         unified = validate_fsdp_precision(precision)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*CUDA is not available", category=UserWarning)
-            super().__init__(unified)  # type: ignore[call-arg]
+            super().__init__(unified)
         self.scaler = loss_scaler(unified, scaler, sharded=True)
 
     @property
     @override
-    def mixed_precision_config(self) -> Any:
+    def mixed_precision_config(self) -> MixedPrecision:
         from torch.distributed.fsdp import MixedPrecision
 
         lower = precision_dtype(self.precision)
@@ -108,7 +114,7 @@ class HPUFSDPPrecisionMixin:
         return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
 
     @override
-    def forward_context(self) -> AbstractContextManager:
+    def forward_context(self) -> AbstractContextManager[None]:
         if autocast_dtype(self.precision) is not None:  # "-mixed": autocast on "hpu", as HPUPrecision's
             return autocast_context(self.precision)
         return nullcontext()
@@ -129,7 +135,7 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     """
 
     strategy_name = "hpu_fsdp"
-    _registered_strategies: ClassVar[list[str]] = []  # not Lightning's list: its FSDP names are refused off CUDA
+    _registered_strategies: list[str] = []  # not Lightning's list: its FSDP names are refused off CUDA
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_eager_mode()
@@ -141,9 +147,12 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
 
     @property
     @override
-    def precision_plugin(self) -> HPUFSDPPrecision:
+    def precision_plugin(self) -> FSDPPrecision:
         plugin = self._precision_plugin
-        return plugin if plugin is not None else HPUFSDPPrecision("32-true")  # type: ignore[return-value]
+        if plugin is not None:
+            assert isinstance(plugin, FSDPPrecision)  # the setter takes no other (as Lightning's FSDPStrategy)
+            return plugin
+        return HPUFSDPPrecision("32-true")
 
     @precision_plugin.setter
     @override
@@ -211,8 +220,9 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         import lightning.pytorch.strategies.fsdp as pl_fsdp
 
         assert self.model is not None
+        # Lightning annotates _get_full_state_dict_context as a Generator; it returns FSDP's state_dict_type context
         with _full_state_dict_offload(self.root_device.type != "cpu"), \
-                pl_fsdp._get_full_state_dict_context(self.model, world_size=self.world_size):
+                pl_fsdp._get_full_state_dict_context(self.model, world_size=self.world_size):  # type: ignore[attr-defined]
             return self.model.state_dict()
 
     @override
@@ -232,6 +242,7 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
+        assert cls.__doc__ is not None  # its first line describes the strategy
         strategy_registry.register(cls.strategy_name, cls, description=cls.__doc__.splitlines()[0], override=True)
         if cls.strategy_name not in cls._registered_strategies:
             cls._registered_strategies.append(cls.strategy_name)

@@ -20,10 +20,13 @@ hence mypy's empty-body check is off for this module.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.environments import ClusterEnvironment
+from torch.distributed.fsdp import MixedPrecision
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 
 class LauncherHost:
@@ -127,3 +130,17 @@ class ParallelStrategyHost:
 
     def _configure_launcher(self) -> None: ...
 
+
+class FSDPPrecisionHost:
+    """Lightning's two FSDPPrecision classes, the Trainer's and Fabric's (they share no base but Fabric's Precision),
+    what `HPUFSDPPrecisionMixin` (strategies/fsdp.py) extends."""
+
+    precision: Any  # Lightning's precision names (a Literal of its own): the HPU plugins hold one of them
+    scaler: ShardedGradScaler | None
+
+    def __init__(self, precision: Any, scaler: ShardedGradScaler | None = None) -> None: ...
+
+    @property
+    def mixed_precision_config(self) -> MixedPrecision: ...
+
+    def forward_context(self) -> AbstractContextManager[Any]: ...
