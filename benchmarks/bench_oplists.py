@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from hpu_nb.core.fp8 import Fp8Linear, emulated_fp8_autocast
 from hpu_nb.core.oplists import apply_op_lists, load_op_lists
 from hpu_nb.core.precision import hpu_autocast
+from hpu_nb.emulator.fp8.training import Fp8Linear, emulated_fp8_autocast
 from hpu_nb.emulator.hpu_device import autocast as device_autocast
 from hpu_nb.runtime import get_backend
 

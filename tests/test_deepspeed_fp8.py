@@ -86,8 +86,9 @@ def test_fp8_with_a_config_enabling_fp16_is_a_clear_error():
 
 def test_forward_runs_in_fp8_autocast_as_with_hpu_precision_plugin():
     from hpu_nb import HPUDeepSpeedPrecisionPlugin
-    from hpu_nb.core.fp8 import DelayedScaling, fp8_enabled
+    from hpu_nb.core.fp8 import DelayedScaling
     from hpu_nb.emulator.fp8.engine import active_recipe
+    from hpu_nb.emulator.fp8.training import fp8_enabled
 
     recipe = DelayedScaling(margin=1)
     plugin = HPUDeepSpeedPrecisionPlugin("fp8", recipe=recipe)
@@ -101,8 +102,8 @@ def test_forward_runs_in_fp8_autocast_as_with_hpu_precision_plugin():
 
 def test_convert_modules_is_hpu_precision_plugins():
     from hpu_nb import HPUDeepSpeedPrecisionPlugin
-    from hpu_nb.core.fp8 import Fp8Linear
     from hpu_nb.core.precision import HPUFp8Mixin, HPUPrecisionPlugin
+    from hpu_nb.emulator.fp8.training import Fp8Linear
 
     assert HPUDeepSpeedPrecisionPlugin.convert_modules is HPUPrecisionPlugin.convert_modules is \
         HPUFp8Mixin.convert_modules
@@ -117,7 +118,8 @@ def test_convert_modules_is_hpu_precision_plugins():
 
 def test_inference_conversion_waits_for_deepspeed_but_its_errors_come_at_once(tmp_path, monkeypatch):
     from hpu_nb import HPUDeepSpeedPrecisionPlugin
-    from hpu_nb.core.fp8 import Fp8QuantLinear, inference
+    from hpu_nb.core.fp8 import inference
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 
     plugin = HPUDeepSpeedPrecisionPlugin("fp8")
     model = make_regressor()

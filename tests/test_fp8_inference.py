@@ -53,8 +53,8 @@ def predict(model: L.LightningModule, plugin=None) -> torch.Tensor:
 def quantize_in_this_process(directory: Path, fp8_dir: Path | None = None, default: bool = False) -> dict:
     """The fresh process: load the weights, quantize from the measurements, predict, compare with fp32.
     `default`: pass no fp8_data_path (HABANA_LOGS or the default directory)."""
-    from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.precision import HPUPrecisionPlugin
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 
     model = make_model()
     model.load_state_dict(torch.load(directory / "model.pt"))
@@ -130,8 +130,8 @@ def test_round_trip_quantizes_in_a_fresh_process_within_a_few_percent(measured) 
 def test_measure_then_quantize_in_one_process_as_the_plugins_mnist_example(tmp_path) -> None:
     """lightning-habana's tests and mnist_trainer.py measure, then convert a fresh model for quantize in the same
     process (it works on a Gaudi); it was refused. The result equals the fresh-process round trip's quality."""
-    from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.precision import HPUPrecisionPlugin
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 
     fp8_dir = str(tmp_path / "fp8")
     measured = make_model()
@@ -169,8 +169,9 @@ def test_quantizing_first_writes_the_measurement_of_this_process(tmp_path) -> No
 
 def test_the_measured_model_itself_is_quantized_as_the_plugins_example_does(tmp_path) -> None:
     """lightning-habana's mnist_trainer.py converts the model it measured (INC's prepare / convert flow)."""
-    from hpu_nb.core.fp8 import Fp8InferenceError, Fp8QuantLinear, inference
+    from hpu_nb.core.fp8 import Fp8InferenceError, inference
     from hpu_nb.core.precision import HPUPrecisionPlugin
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 
     model = make_model()
     expected = predict(model)
@@ -357,8 +358,8 @@ OPTIMUM_QUANT = {"method": "HOOKS", "mode": "QUANTIZE", "observer": "maxabs", "s
 
 
 def test_optimum_habana_quant_configs_are_accepted_and_run(tmp_path, monkeypatch, fresh_fp8_process) -> None:
-    from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.precision import HPUPrecisionPlugin
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 
     (tmp_path / "measure.json").write_text(json.dumps(OPTIMUM_MEASURE))
     (tmp_path / "quant.json").write_text(json.dumps({**OPTIMUM_QUANT, "scale_method": "unit_scale",
@@ -450,8 +451,8 @@ def test_nan_or_negative_amax_in_measurements_is_refused(measured, fresh_fp8_pro
 
 
 def test_measurements_of_several_cards_are_named_and_found_by_rank(measured, fresh_fp8_process, monkeypatch) -> None:
-    from hpu_nb.core.fp8 import Fp8QuantLinear
     from hpu_nb.core.fp8.convert import convert_modules
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 
     inc_dir = measured / "fp8" / "inc_output"
     single = inc_dir / "measure_hooks_maxabs.json"
@@ -489,7 +490,9 @@ def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -
 
 
 def test_fp8_layers_take_a_batch_of_no_rows(measured, fresh_fp8_process) -> None:
-    from hpu_nb.core.fp8 import DelayedScaling, Fp8Linear, Fp8QuantLinear, emulated_fp8_autocast
+    from hpu_nb.core.fp8 import DelayedScaling
+    from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
+    from hpu_nb.emulator.fp8.training import Fp8Linear, emulated_fp8_autocast
 
     layer = Fp8QuantLinear(torch.nn.Linear(64, 8), input_amax=3.0, scale_method="maxabs_hw")
     out = layer(torch.zeros(0, 64))

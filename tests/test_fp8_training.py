@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from hpu_nb.core.fp8 import DelayedScaling, Format, Fp8Linear, convert_modules, emulated_fp8_autocast, matmul_path
+from hpu_nb.core.fp8 import DelayedScaling, Format, convert_modules
 from hpu_nb.core.precision import HPUPrecisionPlugin, UnsupportedPrecisionError
-from hpu_nb.emulator.fp8.numerics import dequantize, fp8_max, quantize, relative_error, scale_from_amax
+from hpu_nb.emulator.fp8.numerics import dequantize, fp8_max, matmul_path, quantize, relative_error, scale_from_amax
+from hpu_nb.emulator.fp8.training import Fp8Linear, emulated_fp8_autocast
 from tests.fake_habana.fixture import fake_gaudi, make_fake_gaudi  # noqa: F401
 from tests.models import quiet_trainer_kwargs
 

@@ -231,8 +231,9 @@ def test_fp8_autocast_nests_and_restores(te) -> None:
 
 
 def test_hpu_nb_helpers_read_the_same_state(te) -> None:
-    from hpu_nb.core.fp8 import DelayedScaling, fp8_enabled
+    from hpu_nb.core.fp8 import DelayedScaling
     from hpu_nb.emulator.fp8.engine import active_recipe
+    from hpu_nb.emulator.fp8.training import fp8_enabled
 
     with te.fp8_autocast(enabled=True, fp8_recipe=te.recipe.DelayedScaling(margin=3, amax_history_len=16)):
         assert fp8_enabled() and active_recipe() == DelayedScaling(margin=3, amax_history_len=16)

@@ -18,7 +18,9 @@ import torch
 
 import hpu_nb  # noqa: F401  (registers "hpu" with Lightning)
 from hpu_nb import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
-from hpu_nb.core.fp8 import DelayedScaling, Fp8Linear, Fp8QuantLinear
+from hpu_nb.core.fp8 import DelayedScaling
+from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
+from hpu_nb.emulator.fp8.training import Fp8Linear
 from tests.models import quiet_trainer_kwargs
 from tests.test_deepspeed_fp8 import EPOCHS, MLP, make_regressor, predict_data, train_data
 

@@ -16,7 +16,7 @@ import torch
 
 import hpu_nb  # noqa: F401
 from hpu_nb import HPUPrecisionPlugin
-from hpu_nb.core.fp8 import Fp8QuantLinear
+from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 from tests.test_fp8_inference import data, make_model
 
 
