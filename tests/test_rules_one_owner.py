@@ -217,7 +217,7 @@ RULE_TEXTS = (  # found inside one string literal of the package, no other
     "runs in eager mode only",  # FSDP
     "fp8 is not available with the fsdp strategy",
     "quantized fp8 inference runs on one device",
-    "it needs Gaudi2 or newer",  # fp16 / fp8: the generation's rule
+    "is not supported on {}: it needs {} or newer",  # fp16 / fp8: the generation table says which is first
 )
 LABELS = ("emulated Gaudi on the CPU", " (emulated)", "synDeviceGaudi2")  # string literals that are exactly these
 

@@ -26,6 +26,7 @@ class Generation:
     supports_fp16: bool
     supports_fp8: bool
     syn_device_type: str  # its member of habana_frameworks.torch.utils.experimental.synDeviceType
+    board_prefix: str  # how its boards' product names start (hl-smi): HL-205 Gaudi, HL-225 Gaudi2, HL-325 Gaudi3
 
     def fp16_support(self) -> tuple[bool, str]:
         """(available, reason): fp16 needs Gaudi2 or newer."""
@@ -37,16 +38,19 @@ class Generation:
 
 
 def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
-    return (True, "") if flag else (False, f"{what} is not supported on {device_name}: it needs Gaudi2 or newer.")
+    if flag:
+        return True, ""
+    first = next(gen.key for gen in GENERATIONS.values() if getattr(gen, f"supports_{what}"))
+    return False, f"{what} is not supported on {device_name}: it needs {first.capitalize()} or newer."
 
 
 GENERATIONS: dict[str, Generation] = {
     "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False,
-                         syn_device_type="synDeviceGaudi"),
+                         syn_device_type="synDeviceGaudi", board_prefix="HL-20"),
     "gaudi2": Generation("gaudi2", "GAUDI2", 96 * GiB, supports_fp16=True, supports_fp8=True,
-                          syn_device_type="synDeviceGaudi2"),
+                          syn_device_type="synDeviceGaudi2", board_prefix="HL-22"),
     "gaudi3": Generation("gaudi3", "GAUDI3", 128 * GiB, supports_fp16=True, supports_fp8=True,
-                          syn_device_type="synDeviceGaudi3"),
+                          syn_device_type="synDeviceGaudi3", board_prefix="HL-3"),
 }
 
 
@@ -55,15 +59,24 @@ def generation_from_name(name: str) -> Generation:
     text = name.strip().lower().replace(" ", "").replace("-", "")
     if text in GENERATIONS:
         return GENERATIONS[text]
-    for key in ("gaudi3", "gaudi2"):
+    for key in sorted(GENERATIONS, key=len, reverse=True):  # "gaudi2b" is a gaudi2, not a first-generation gaudi
         if text.startswith(key):
             return GENERATIONS[key]
-    board = re.fullmatch(r"hl(\d)(\d)\d\w*", text)  # HL-205 (Gaudi), HL-225 (Gaudi2), HL-325L (Gaudi3)
-    if board:
-        return GENERATIONS["gaudi3" if board.group(1) == "3" else "gaudi2" if board.group(2) == "2" else "gaudi"]
-    if text.startswith("gaudi"):
-        return GENERATIONS["gaudi"]
+    board = generation_of_board(name)
+    if board is not None:
+        return board
     raise ValueError(f"Unknown Gaudi generation {name!r}; choose one of: {', '.join(GENERATIONS)}.")
+
+
+def generation_of_board(product_name: str) -> Generation | None:
+    """'HL-225' -> Gaudi2: a board's product name (hl-smi) tells its generation; None for a name no generation has."""
+    name = product_name.strip().upper().replace(" ", "")
+    if not name.startswith("HL-") and name.startswith("HL"):
+        name = "HL-" + name[2:]
+    for gen in sorted(GENERATIONS.values(), key=lambda gen: len(gen.board_prefix), reverse=True):
+        if name.startswith(gen.board_prefix):
+            return gen
+    return None
 
 
 # -- software releases -------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from hpu_nb.runtime.base import DeviceFacts
+from hpu_nb.runtime.generations import generation_of_board
 
 T = TypeVar("T")
 
@@ -42,8 +43,6 @@ _CARD_FW_RE = re.compile(r"hl-(gaudi\d*)-(\d+(?:\.\d+)+)-fw-?(\d+(?:\.\d+)*)", r
 _BUS_ID = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
 _CARD_HEADER_RE = re.compile(rf"^\s*\[(\d+)\]\s+AIP\b.*?(\b{_BUS_ID})?\s*$")
 _KEY_VALUE_RE = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s*(.*?)\s*$")
-# Product names on the board: HL-205 is a first-generation Gaudi, HL-225 a Gaudi2, HL-325 a Gaudi3.
-_PRODUCT_GENERATION = (("HL-3", "gaudi3"), ("HL-22", "gaudi2"), ("HL-20", "gaudi"))
 
 
 @dataclass(frozen=True)
@@ -149,11 +148,8 @@ def parse_version(text: str) -> HlSmiVersion | None:
 
 def generation_of_product(product_name: str) -> str | None:
     """'HL-225' -> 'gaudi2' (the board's product name tells the generation)."""
-    name = product_name.strip().upper()
-    for prefix, key in _PRODUCT_GENERATION:
-        if name.startswith(prefix):
-            return key
-    return None
+    generation = generation_of_board(product_name)
+    return generation.key if generation is not None else None
 
 
 def parse_list(text: str) -> HlSmiListing | None:
