@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from hpu_nb.emulator.hpu_device import autocast, backward, build, habana_ops, hccl, missing_kernels
+# build (where the library is) and hccl (what torch's autoload registers) only: torch's autoload imports this package on
+# every `import torch`; the device's other parts load when it is first used (benchmarks/bench_autoload.py).
+from hpu_nb.emulator.hpu_device import build, hccl
 from hpu_nb.runtime.env import parse_size
 from hpu_nb.runtime.generations import GENERATIONS, Generation
 
@@ -161,6 +163,8 @@ def announce() -> bool:
     the emulated Gaudi announces itself when first used (load). False when the library is not built."""
     if not load_library_if_built():
         return False
+    from hpu_nb.emulator.hpu_device import backward, missing_kernels  # noqa: PLC0415 -- lazy: at first use (see top)
+
     torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
     missing_kernels.register()  # what Habana's bridge has no HPU kernel for is refused on the fake Gaudi too
     backward.install()  # so any backward on hpu runs on its calling thread, whatever uses the device first
@@ -205,6 +209,13 @@ def _load_library(path: object) -> str:
 
 def _activate() -> None:
     """Everything the emulated Gaudi sets up when first used: its HPU hooks, autocast lists, Habana ops, HCCL."""
+    from hpu_nb.emulator.hpu_device import (  # noqa: PLC0415 -- lazy: at first use (see top)
+        autocast,
+        backward,
+        habana_ops,
+        missing_kernels,
+    )
+
     if not torch.ops.hpu_emu.activate():
         raise DeviceLoadedTooLateError(
             "torch looked up its HPU support before hpu_nb could load the emulated `hpu` device in this process, so"
