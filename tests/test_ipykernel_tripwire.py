@@ -1,4 +1,4 @@
-"""Tripwire: hpu_nb.notebook.memory.worker_output leans on ipykernel's IOPubThread internals.
+"""Tripwire: hpu_nb.core.strategies.worker_output leans on ipykernel's IOPubThread internals.
 
 A forked worker's output reaches the kernel through IOPubThread's child pipe; worker_output replaces the thread's
 `_really_send` in the worker (one socket, messages in order) and, in the kernel, reads `_pipe_in` / `io_loop` to wait

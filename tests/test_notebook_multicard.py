@@ -224,7 +224,35 @@ def test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step():
     (rich) bar in an ipywidgets.Output, setting and clearing its msg_id around each frame; a frame that reached the
     front end after the clear (ipykernel sent each message of a forked child on a new socket, so out of order) landed
     in the cell. The cell's outputs: one Output widget holding the bar, its last frame at 30/30, no bar outside it."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (SETUP, MONITOR_WITH_BAR)])
+    _assert_one_bar_ending_at_the_last_step(MONITOR_WITH_BAR)
+
+
+# The same bar without a monitor: the fork launcher itself keeps each worker's output in order (every forked fit).
+PLAIN_WITH_BAR = """
+import time
+
+class SlowModel(Model):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
+
+L.seed_everything(7, verbose=False)
+trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=1, log_every_n_steps=1, logger=False,
+                    enable_checkpointing=False, enable_model_summary=False, strategy="hpu_ddp")
+trainer.fit(SlowModel(), data(n=480))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_card_ddp_cell_shows_one_progress_bar_ending_at_the_last_step():
+    """Issue 20 without a MemoryMonitor: a plain 2-card DDP fit with Lightning's default bar shows one bar, in its
+    widget, at 30/30."""
+    _assert_one_bar_ending_at_the_last_step(PLAIN_WITH_BAR)
+
+
+def _assert_one_bar_ending_at_the_last_step(cell: str) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (SETUP, cell)])
     nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", store_widget_state=True).execute()
     outputs = nb.cells[1].outputs
     outside = [o for o in outputs if BAR.search(json.dumps(o.get("data", {})) + o.get("text", ""))]
@@ -233,7 +261,7 @@ def test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step():
     shown = {o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for o in outputs
              if "application/vnd.jupyter.widget-view+json" in o.get("data", {})}
     bars = [state[m]["state"]["outputs"] for m in shown if state[m]["model_name"] == "OutputModel"]
-    assert len(bars) == 1, bars  # one progress bar (the other widget shown is the monitor's chart)
+    assert len(bars) == 1, bars  # one progress bar (another widget shown is the monitor's chart)
     frames = [BAR.search(o["data"]["text/plain"]) for o in bars[0]]
     assert len(frames) == 1 and frames[0] is not None, bars[0]  # each frame replaced the previous one
     assert frames[0].groups() == ("30", "30")  # 480 samples / (2 ranks x batch 8): the bar ends at the last step
@@ -242,7 +270,7 @@ def test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step():
 ORDERED_WORKERS = f"""
 import multiprocessing, sys, time
 sys.path.insert(0, {str(ROOT)!r})
-from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order, wait_for_worker_output
+from hpu_nb.core.strategies.worker_output import keep_worker_output_in_order, wait_for_worker_output
 
 def work(rank):
     ordered = keep_worker_output_in_order()
@@ -272,3 +300,30 @@ def test_forked_workers_output_reaches_the_notebook_complete_and_in_order():
     for rank in ("0", "1"):
         mine = [value for r, value in lines if r == rank]
         assert mine == [str(i) for i in range(300)] + ["ordered=True"], mine[-5:]
+
+
+# -- Fabric's forked workers print: each rank's lines reach the cell complete, in order, before what follows the launch
+FABRIC_PRINTS = """
+import sys
+
+def count(fabric):
+    for i in range(200):  # one write a line: the two ranks' lines interleave, never their halves
+        sys.stdout.write(f"{fabric.global_rank}:{i}\\n")
+        sys.stdout.flush()
+
+fabric = L.Fabric(accelerator="hpu", devices=2, strategy=HPUParallelStrategy(start_method="fork"))
+fabric.launch(count)
+print("after:launch")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fabric_workers_prints_reach_the_notebook_complete_and_in_order():
+    source = "from hpu_nb.core.fabric.strategies import HPUParallelStrategy\n" + FABRIC_PRINTS
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (SETUP, source)])
+    nbclient.NotebookClient(nb, timeout=200, kernel_name="python3").execute()
+    lines = [line.split(":") for line in _stdout(nb.cells[1]).splitlines() if re.fullmatch(r"\w+:\w+", line)]
+    assert lines[-1] == ["after", "launch"], lines[-3:]  # the workers' last lines were published before it
+    for rank in ("0", "1"):
+        assert [value for r, value in lines if r == rank] == [str(i) for i in range(200)], rank

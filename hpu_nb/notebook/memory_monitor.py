@@ -65,7 +65,6 @@ from hpu_nb.notebook.memory.oom import oom_figures
 from hpu_nb.notebook.memory.packing import pack_points, unpack_points
 from hpu_nb.notebook.memory.relay import WorkerRelay
 from hpu_nb.notebook.memory.summary import TrainingSummary
-from hpu_nb.notebook.memory.worker_output import keep_worker_output_in_order, wait_for_worker_output
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.runtime import get_backend, is_out_of_memory
 from hpu_nb.runtime.base import iter_tensors
@@ -127,8 +126,6 @@ class MemoryMonitor(Callback):
         # In a forked / spawned worker (multi-device runs) the kernel's sockets are not ours to write to.
         if os.getpid() != self._owner_pid or getattr(trainer, "global_rank", 0) != 0:
             self.detached = f"rank {getattr(trainer, 'global_rank', '?')} in worker process {os.getpid()}"
-            if os.getpid() != self._owner_pid:  # forked from the kernel: its progress bar and prints stay in order
-                keep_worker_output_in_order()
             if getattr(trainer, "global_rank", 0) != 0:
                 self._relay = None  # only rank 0 reports to the kernel
         self._start_run(str(getattr(stage, "value", stage)))
@@ -396,7 +393,6 @@ class MemoryMonitor(Callback):
     def _stop_relay(self, relay: WorkerRelay) -> None:
         sending, self._relay = self._relay, None
         relay.stop(sending)
-        wait_for_worker_output()  # the workers' last output (the bar's last frame) before the cell's next output
 
     def _send_to_kernel(self, kind: str, **message: Any) -> None:
         """In rank 0 of forked workers: one message to the kernel's monitor (never stops training)."""

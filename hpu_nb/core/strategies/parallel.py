@@ -12,7 +12,9 @@ adds to its Lightning base:
 - liveness (`liveness.py`, `rank_processes.py`): a bounded collective timeout (5 minutes unless set), progress reports
   that name a rank that stops answering, and launchers that leave no process behind however the run ends:
   `WorkerLivenessMixin` and `ScriptLivenessMixin`, one implementation for Lightning's fork / spawn and script launchers
-  of the Trainer and of Fabric.
+  of the Trainer and of Fabric;
+- notebook output (`worker_output.py`): each forked worker sends its prints and progress-bar frames to the kernel in
+  the order it wrote them, and the kernel publishes what they sent before the launch returns (issue 20).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing_extensions import override
 from hpu_nb.core import noise
 from hpu_nb.core.strategies import liveness, rank_processes
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
+from hpu_nb.core.strategies.worker_output import keep_worker_output_in_order, wait_for_worker_output
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 
@@ -133,7 +136,8 @@ class ForkCheckMixin(LauncherHost):
 class WorkerLivenessMixin(ForkCheckMixin):
     """For Lightning's fork / spawn launcher, the Trainer's and Fabric's (put first in the bases): the Gaudi fork
     check, and liveness: the workers are watched (one that fails is noted in the store, the others stopped at once, a
-    stopped one too), none outlives the launch (interrupted, failed, or the parent killed), a stuck rank is named.
+    stopped one too), none outlives the launch (interrupted, failed, or the parent killed), a stuck rank is named;
+    and their notebook output stays in order (`worker_output.py`).
 
     Each launcher's `_wrapping_function` (their signatures differ) passes its function through `_worker_function`.
     """
@@ -156,6 +160,7 @@ class WorkerLivenessMixin(ForkCheckMixin):
             raise
         finally:
             watch.stop()
+            wait_for_worker_output()  # the workers ended: their last output (the bar's last frame) comes first
 
     def _store_address(self) -> tuple[str, int] | None:
         env = self._strategy.cluster_environment
@@ -163,7 +168,9 @@ class WorkerLivenessMixin(ForkCheckMixin):
 
     def _worker_function(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """In a worker, before it runs `function`: it dies with the launching process and ends on SIGTERM; its
-        communication failures name the rank that did not answer."""
+        communication failures name the rank that did not answer; forked from a notebook's kernel, its output (the
+        progress bar's frames) reaches the kernel in the order it was written."""
+        keep_worker_output_in_order()
         rank_processes.die_with_parent(self._parent_pid)
         rank_processes.exit_on_sigterm()
         return _explaining(self._strategy, function)

@@ -9,6 +9,9 @@ a second bar frozen at that step (issue 20: "17/30" under the finished "30/30").
 messages in order; it is flushed when the worker exits (a multiprocessing finalizer: workers end with os._exit), and
 the kernel, once its workers ended, waits until it has read what they sent (`wait_for_worker_output`): a cell that ends
 right after its workers still shows their last lines (the front end drops what comes after the cell's end).
+
+The fork launchers call both (`parallel.WorkerLivenessMixin`: the Trainer's DDP / FSDP / DeepSpeed and Fabric's), so
+every forked fit does, with or without a MemoryMonitor. It imports nothing of IPython; outside a kernel both do nothing.
 """
 
 from __future__ import annotations
