@@ -10,6 +10,7 @@ DeepSpeed is optional (`pip install 'hpu_nb[deepspeed]'`) and only imported when
 
 from __future__ import annotations
 
+import argparse
 import copy
 import functools
 import importlib.util
@@ -24,9 +25,10 @@ import torch
 from lightning.fabric.plugins.precision.utils import _convert_fp_tensor
 from lightning.fabric.strategies.deepspeed import _format_precision_config
 from lightning.fabric.utilities.seed import reset_seed
+from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers, _MockOptimizer
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
 from lightning.pytorch.strategies.ddp import DDPStrategy
-from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
+from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy, remove_module_hooks
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -66,7 +68,7 @@ def require_deepspeed() -> None:
     """Set DeepSpeed's environment for this device and check it is installed (clear error naming the extra)."""
     hpu_dist.prepare_deepspeed_environment()
     try:
-        import deepspeed  # noqa: F401
+        import deepspeed  # noqa: F401, PLC0415 -- lazy: deepspeed is optional
     except ImportError:
         raise MisconfigurationException(NOT_INSTALLED) from None
 
@@ -130,7 +132,7 @@ def deepspeed_issues(
 def _deepspeed_accelerator() -> Any:
     """DeepSpeed's accelerator, set up for this device (imports DeepSpeed once, only when its precision is asked)."""
     require_deepspeed()
-    from deepspeed.accelerator import get_accelerator
+    from deepspeed.accelerator import get_accelerator  # noqa: PLC0415 -- lazy: deepspeed is optional
 
     return get_accelerator()
 
@@ -259,7 +261,7 @@ def _validate_deepspeed_precision(precision: Any) -> str:
 
 def _inference_keys() -> set[str]:
     """The arguments `deepspeed.init_inference` takes (its config's fields)."""
-    import deepspeed
+    import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
 
     return set(deepspeed.default_inference_config())
 
@@ -404,7 +406,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
 
     @override
     def _init_deepspeed_distributed(self) -> None:
-        import deepspeed
+        import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
 
         assert self.cluster_environment is not None
         self._set_node_environment_variables()
@@ -415,7 +417,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
     # -- deepspeed.initialize: each process drives its own card, named by its local rank ------------------------
     @override
     def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> tuple[Any, Any]:
-        import deepspeed
+        import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
 
         with noise.quiet_deepspeed_initialize():  # no "untested optimizer": Lightning lets every optimizer through
             engine, ds_optimizer, _, _ = deepspeed.initialize(
@@ -431,8 +433,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
 
     @override
     def _initialize_deepspeed_inference(self, model: Any) -> None:
-        import deepspeed
-        from lightning.pytorch.strategies.deepspeed import remove_module_hooks
+        import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
 
         assert isinstance(self.config, dict)
         inference_only = {key: self.config[key] for key in _inference_keys() & set(self.config)}
@@ -469,8 +470,6 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
 
     def _deepspeed_args(self) -> Any:
         """Lightning passes the CUDA device index; an HPU (or emulated) process is named by its local rank."""
-        import argparse
-
         return argparse.Namespace(device_rank=self.local_rank)
 
     # -- optimizers: the LightningModule's win over the config's -------------------------------------------------
@@ -491,8 +490,6 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
 
     @override
     def _init_optimizers(self) -> tuple[Any, Any]:
-        from lightning.pytorch.core.optimizer import _MockOptimizer
-
         optimizer, scheduler = super()._init_optimizers()
         if isinstance(optimizer, _MockOptimizer):  # else DeepSpeed fails later with an IndexError on its param groups
             raise MisconfigurationException(
@@ -508,8 +505,6 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         return _DeepSpeedMultiProcessingLauncher(self, start_method=start_method)
 
     def _module_has_scheduler(self) -> bool:
-        from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
-
         assert self.lightning_module is not None
         _, schedulers = _init_optimizers_and_lr_schedulers(self.lightning_module)
         return bool(schedulers)
@@ -549,7 +544,7 @@ class _DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
     def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:
         if not self._strategy.zero_stage_3:
             return super()._collect_rank_zero_results(trainer, results)
-        import deepspeed
+        import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
 
         module = trainer.lightning_module
         with deepspeed.zero.GatheredParameters(list(module.parameters())):

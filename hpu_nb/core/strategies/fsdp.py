@@ -13,10 +13,18 @@ from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+import lightning.pytorch.strategies.fsdp as pl_fsdp
 import torch
 from lightning.pytorch.plugins.precision.fsdp import FSDPPrecision
-from lightning.pytorch.strategies.fsdp import FSDPStrategy
+from lightning.pytorch.strategies.fsdp import (
+    FSDPStrategy,
+    _move_torchmetrics_to_device,
+    _setup_activation_checkpointing,
+)
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, MixedPrecision, StateDictType
+from torch.distributed.fsdp.api import FullOptimStateDictConfig
+from torch.distributed.fsdp.wrap import enable_wrap
 from typing_extensions import override
 
 from hpu_nb.core.issues import Issue
@@ -29,8 +37,6 @@ from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.base import DeviceBackend
 
 if TYPE_CHECKING:
-    from torch.distributed.fsdp import MixedPrecision
-
     from hpu_nb.core.strategies.hosts import FSDPPrecisionHost
 else:
     FSDPPrecisionHost = object  # a base for the type checker only (hosts.py)
@@ -107,8 +113,6 @@ class HPUFSDPPrecisionMixin(FSDPPrecisionHost):
     @property
     @override
     def mixed_precision_config(self) -> MixedPrecision:
-        from torch.distributed.fsdp import MixedPrecision
-
         lower = precision_dtype(self.precision)
         param_dtype = torch.float32 if self.precision.endswith("-mixed") else lower
         return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
@@ -174,9 +178,6 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     # -- FSDP needs the device named explicitly: torch refuses a CPU module without device_id ------------------------
     @override
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        from lightning.pytorch.strategies.fsdp import _move_torchmetrics_to_device, _setup_activation_checkpointing
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
         if any(isinstance(mod, FullyShardedDataParallel) for mod in model.modules()):
             self.kwargs.pop("auto_wrap_policy", None)  # wrapped by the user: their wrapping stands
         else:
@@ -195,9 +196,6 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     @contextmanager
     @override
     def model_sharded_context(self) -> Generator[None, None, None]:
-        from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import enable_wrap
-
         with enable_wrap(
             wrapper_cls=FullyShardedDataParallel,
             cpu_offload=self.cpu_offload,
@@ -217,8 +215,6 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
     def full_state_dict(self) -> dict[str, Any]:
         """The whole model's weights, unflattened, on rank 0 (the other ranks get {}), whatever `state_dict_type`:
         what the notebook's model loads after a forked fit. A collective: every rank calls it."""
-        import lightning.pytorch.strategies.fsdp as pl_fsdp
-
         assert self.model is not None
         # Lightning annotates _get_full_state_dict_context as a Generator; it returns FSDP's state_dict_type context
         with _full_state_dict_offload(self.root_device.type != "cpu"), \
@@ -273,19 +269,13 @@ class _FSDPMultiProcessingLauncher(HPUMultiProcessingLauncher):
 def _full_state_dict_offload(offload: bool) -> Generator[None, None, None]:
     """Lightning always asks FSDP for offload_to_cpu=True full state dicts; on a CPU device that frees storage still in
     use (a segfault in torch 2.13). Scoped to one call: Lightning's helper with offload_to_cpu=False on the CPU."""
-    import lightning.pytorch.strategies.fsdp as pl_fsdp
-
     if offload:
         yield
         return
     original = pl_fsdp._get_full_state_dict_context
 
     def without_offload(module: Any, world_size: int, rank0_only: bool = True) -> Any:
-        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp.api import FullOptimStateDictConfig
-
-        return FSDP.state_dict_type(
+        return FullyShardedDataParallel.state_dict_type(
             module=module,
             state_dict_type=StateDictType.FULL_STATE_DICT,
             state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
