@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -229,9 +230,13 @@ def test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step():
 
 # The same bar without a monitor: the fork launcher itself keeps each worker's output in order (every forked fit).
 PLAIN_WITH_BAR = """
-import time
+import os, sys, time
 
 class SlowModel(Model):
+    def setup(self, stage):  # in the forked rank 0, before the bar starts: the launcher made its output ordered
+        if self.global_rank == 0:
+            print(f"ordered={getattr(sys.stdout.pub_thread, '_hpu_nb_ordered_pid', None) == os.getpid()}")
+
     def training_step(self, batch, batch_idx):
         time.sleep(0.05)
         return super().training_step(batch, batch_idx)
@@ -248,10 +253,12 @@ trainer.fit(SlowModel(), data(n=480))
 def test_two_card_ddp_cell_shows_one_progress_bar_ending_at_the_last_step():
     """Issue 20 without a MemoryMonitor: a plain 2-card DDP fit with Lightning's default bar shows one bar, in its
     widget, at 30/30."""
-    _assert_one_bar_ending_at_the_last_step(PLAIN_WITH_BAR)
+    cell = _assert_one_bar_ending_at_the_last_step(PLAIN_WITH_BAR)
+    assert "ordered=True" in _stdout(cell), _stdout(cell)[-300:]
 
 
-def _assert_one_bar_ending_at_the_last_step(cell: str) -> None:
+def _assert_one_bar_ending_at_the_last_step(cell: str) -> Any:
+    """Runs `cell` after SETUP; returns the executed cell."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (SETUP, cell)])
     nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", store_widget_state=True).execute()
     outputs = nb.cells[1].outputs
@@ -265,6 +272,7 @@ def _assert_one_bar_ending_at_the_last_step(cell: str) -> None:
     frames = [BAR.search(o["data"]["text/plain"]) for o in bars[0]]
     assert len(frames) == 1 and frames[0] is not None, bars[0]  # each frame replaced the previous one
     assert frames[0].groups() == ("30", "30")  # 480 samples / (2 ranks x batch 8): the bar ends at the last step
+    return nb.cells[1]
 
 
 ORDERED_WORKERS = f"""
@@ -304,9 +312,12 @@ def test_forked_workers_output_reaches_the_notebook_complete_and_in_order():
 
 # -- Fabric's forked workers print: each rank's lines reach the cell complete, in order, before what follows the launch
 FABRIC_PRINTS = """
-import sys
+import os, sys
 
 def count(fabric):
+    ordered = getattr(sys.stdout.pub_thread, "_hpu_nb_ordered_pid", None) == os.getpid()  # the launcher's doing
+    sys.stdout.write(f"ordered{fabric.global_rank}:{ordered}\\n")  # one write a line, as below
+    sys.stdout.flush()
     for i in range(200):  # one write a line: the two ranks' lines interleave, never their halves
         sys.stdout.write(f"{fabric.global_rank}:{i}\\n")
         sys.stdout.flush()
@@ -325,5 +336,6 @@ def test_fabric_workers_prints_reach_the_notebook_complete_and_in_order():
     nbclient.NotebookClient(nb, timeout=200, kernel_name="python3").execute()
     lines = [line.split(":") for line in _stdout(nb.cells[1]).splitlines() if re.fullmatch(r"\w+:\w+", line)]
     assert lines[-1] == ["after", "launch"], lines[-3:]  # the workers' last lines were published before it
+    assert ["ordered0", "True"] in lines and ["ordered1", "True"] in lines, lines[:4]  # each worker's output: one pipe
     for rank in ("0", "1"):
         assert [value for r, value in lines if r == rank] == [str(i) for i in range(200)], rank
