@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import _refresh_per_optimizer_state
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from typing_extensions import override
 
 from hpu_nb.core.fp8 import fp8_autocast
 from hpu_nb.core.precision_names import autocast_dtype
@@ -142,6 +143,7 @@ class HPUGradScaler(torch.amp.GradScaler):
             enabled=enabled,
         )
 
+    @override
     def _unscale_grads_(
         self,
         optimizer: torch.optim.Optimizer,
@@ -175,6 +177,7 @@ class HPUGradScaler(torch.amp.GradScaler):
                 non_finite_check_and_unscale_(grads, found_infs[device], inv_scales[device])
         return found_infs
 
+    @override
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """torch's update, its kernel replaced by update_scale_ (a new scale given by the caller is torch's path)."""
         if not self._enabled or new_scale is not None:
@@ -220,6 +223,7 @@ class HPUShardedGradScaler(HPUGradScaler, ShardedGradScaler):
         if self._enabled:
             self.process_group = process_group
 
+    @override
     def _unscale_grads_(
         self,
         optimizer: torch.optim.Optimizer,

@@ -1,0 +1,49 @@
+"""Tripwire: hpu_nb.core.mixed_precision's HPUGradScaler replaces two methods of torch's GradScaler and reads its
+private state. A torch upgrade that renames or reshapes any of it must fail here, not in a user's 16-mixed run.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch.amp import grad_scaler
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+# (owner, private name, what in hpu_nb depends on it)
+TORCH_PRIVATE_NAMES = [
+    (torch.amp.GradScaler, "_enabled", "HPUGradScaler.update / HPUShardedGradScaler.__init__: a disabled scaler"),
+    (torch.amp.GradScaler, "_check_scale_growth_tracker", "HPUGradScaler.update / _unscale_grads_: the state"),
+    (torch.amp.GradScaler, "_per_optimizer_states", "HPUGradScaler.update: every optimizer's found_inf"),
+    (torch.amp.GradScaler, "_growth_factor", "HPUGradScaler.update"),
+    (torch.amp.GradScaler, "_backoff_factor", "HPUGradScaler.update"),
+    (torch.amp.GradScaler, "_growth_interval", "HPUGradScaler.update"),
+    (torch.amp.GradScaler, "_unscale_grads_", "HPUGradScaler._unscale_grads_ replaces it (plain tensor ops)"),
+    (ShardedGradScaler, "_unscale_grads_", "HPUShardedGradScaler._unscale_grads_ replaces it"),
+]
+
+
+def _sets(owner: type, name: str) -> bool:
+    return name in vars(owner) or f"self.{name} =" in inspect.getsource(owner) or any(
+        name in vars(base) for base in owner.__mro__)
+
+
+def test_the_private_names_the_scaler_uses_are_still_there() -> None:
+    missing = [f"{owner.__name__}.{name} ({depends})" for owner, name, depends in TORCH_PRIVATE_NAMES
+               if not _sets(owner, name)]
+    assert not missing, f"torch no longer has: {missing}"
+    assert callable(grad_scaler._refresh_per_optimizer_state)  # HPUGradScaler.update resets the states with it
+
+
+def test_gradscaler_still_calls_what_hpu_gradscaler_replaces() -> None:
+    """unscale_ hands the work to _unscale_grads_(optimizer, inv_scale, found_inf, allow_fp16) and step() reads
+    the found_inf_per_device it returns; update() without a new scale still runs _amp_update_scale_ (the op Habana's
+    bridge lacks, which HPUGradScaler.update replaces)."""
+    unscale = inspect.getsource(torch.amp.GradScaler.unscale_)
+    assert "self._unscale_grads_(" in unscale and '"found_inf_per_device"' in unscale
+    assert list(inspect.signature(torch.amp.GradScaler._unscale_grads_).parameters) == [
+        "self", "optimizer", "inv_scale", "found_inf", "allow_fp16"]
+    assert "_amp_foreach_non_finite_check_and_unscale_" in inspect.getsource(torch.amp.GradScaler._unscale_grads_)
+    assert "_amp_update_scale_" in inspect.getsource(torch.amp.GradScaler.update)
+    sharded = inspect.getsource(ShardedGradScaler.unscale_)
+    assert "self._unscale_grads_(" in sharded and "all_reduce" in sharded
