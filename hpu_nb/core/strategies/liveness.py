@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psutil
 import torch.distributed as dist
 from torch.distributed import TCPStore
 
@@ -297,7 +298,6 @@ class RankProgress:
 
 def _is_stopped(report: dict[str, Any]) -> bool:
     """Whether the reporting rank's process, on this host, is stopped (SIGSTOP / SIGTSTP)."""
-    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     if report["host"] != socket.gethostname():
         return False

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import psutil
 from torch.distributed import TCPStore
 from typing_extensions import Self
 
@@ -97,7 +98,6 @@ def describe_exit(returncode: int) -> str:
 
 def process_running(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie has ended: only its parent has still to collect its status)."""
-    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -125,7 +125,6 @@ def child_returncode(handle: Any) -> int | None:
 def stop_processes(pids: list[int], grace: float = KILL_GRACE_S) -> None:
     """SIGTERM the processes (and SIGCONT: a stopped process acts on SIGTERM only once continued), SIGKILL those still
     running after `grace` seconds. Nothing is collected: each process's owner keeps its exit status."""
-    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     procs = []
     for pid in pids:
@@ -284,7 +283,6 @@ def stop_script_ranks() -> None:
 
 
 def _wait_ended_pids(pids: list[int], timeout: float) -> None:
-    import psutil  # noqa: PLC0415 -- lazy: psutil is no declared dependency (IPython brings it)
 
     procs = []
     for pid in pids:
