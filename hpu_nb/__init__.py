@@ -83,9 +83,21 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-from hpu_nb import _flavours, _lightning_hook  # noqa: E402
+def _open_trace_viewer(path: str, **options: Any) -> Any:
+    """HPUProfiler.show()'s viewer: the notebook layer's TraceViewer, imported on first use; None where it cannot
+    load (show() then gives the trace's text summary)."""
+    try:
+        from hpu_nb.notebook.trace_viewer import TraceViewer  # noqa: PLC0415 -- lazy: IPython, anywidget
+    except ImportError:
+        return None
+    return TraceViewer(path, **options)
+
+
+from hpu_nb import _flavours, _lightning_hook, _viewer_registry  # noqa: E402
 from hpu_nb.emulator import habana as _emulated_habana  # noqa: E402
 
 _flavours.install()  # hpu_nb._standalone: hpu_nb.core for the standalone pytorch_lightning / lightning_fabric
 _lightning_hook.install()
 _emulated_habana.install()  # `habana_frameworks` / `torch.hpu` resolve to the emulated Gaudi where Habana's is absent
+if _viewer_registry.registered_trace_viewer() is None:  # HPUProfiler.show() in a notebook, without %load_ext
+    _viewer_registry.register_trace_viewer(_open_trace_viewer)

@@ -1,8 +1,10 @@
 """Where the layer that can draw a trace registers its viewer.
 
-`HPUProfiler.show()` (hpu_nb.core) asks here for a viewer; the notebook layer fills the slot when it is imported
-(hpu_nb.notebook.trace_viewer) or loaded (`%load_ext hpu_nb`). So core / runtime / traces never import the notebook
-layer (IPython, anywidget), and a script without it gets a text summary instead of an import error.
+`HPUProfiler.show()` (hpu_nb.core) asks here for a viewer; the layers above fill the slot: `import hpu_nb` registers an
+opener that imports the notebook layer's TraceViewer on first use, hpu_nb.notebook.trace_viewer registers the class when
+imported, `%load_ext hpu_nb` its opener. So core / runtime / traces never import the notebook layer (IPython,
+anywidget), and where it cannot load, or nothing registered, show() gives a text summary instead of an import error.
+A module of its own, importing nothing: `import hpu_nb` registers without loading hpu_nb.traces (numpy).
 """
 
 from __future__ import annotations
