@@ -22,12 +22,12 @@ def _num(x: float | None, unit: str) -> str:
 
 
 def _headline(info: HPUInfo) -> str:
+    """The backend's own description (DeviceBackend.describe), as a sentence; the emulated one says what it is not."""
+    headline = info.description[:1].upper() + info.description[1:]
     if info.is_emulated:
-        return (
-            f"Emulated Gaudi on the CPU: {info.device_count} x {info.device_name} (emulated) — "
-            "not a real Gaudi; memory figures are measured tensor memory of this process on the CPU."
-        )
-    return f"Intel Gaudi: {info.device_count} x {info.device_name}"
+        return (f"{headline} (emulated) — not a real Gaudi; memory figures are measured tensor memory of this process"
+                " on the CPU.")
+    return headline
 
 
 def _version_rows(info: HPUInfo) -> list[tuple[str, str]]:
