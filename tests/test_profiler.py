@@ -235,6 +235,15 @@ def test_show_opens_the_viewer_without_load_ext(fitted):
     assert isinstance(viewer, TraceViewer) and viewer.trace.path == profiler.last_trace_path()
 
 
+def _fresh_python(code: str) -> str:
+    """What `code` prints in a new interpreter on the emulated Gaudi (nothing imported before it)."""
+    env = dict(os.environ, HPU_NB_BACKEND="emulated", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
 def test_import_hpu_nb_registers_the_viewer_opener_without_loading_the_notebook_layer():
     code = (
         "import sys, hpu_nb, hpu_nb.core.profiler\n"
@@ -242,11 +251,7 @@ def test_import_hpu_nb_registers_the_viewer_opener_without_loading_the_notebook_
         "print(registered_trace_viewer() is hpu_nb._open_trace_viewer,"
         " sorted(m for m in sys.modules if m.startswith('hpu_nb.notebook')))\n"
     )
-    env = dict(os.environ, HPU_NB_BACKEND="emulated", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
-                         check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "True []"
+    assert _fresh_python(code) == "True []"
 
 
 def test_the_profiler_and_traces_import_no_notebook_layer():
@@ -255,11 +260,7 @@ def test_the_profiler_and_traces_import_no_notebook_layer():
         "import sys, hpu_nb.core.profiler, hpu_nb.traces, hpu_nb._viewer_registry\n"
         "print(sorted(m for m in sys.modules if m.startswith('hpu_nb.notebook')))\n"
     )
-    env = dict(os.environ, HPU_NB_BACKEND="emulated", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
-                         check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[]"
+    assert _fresh_python(code) == "[]"
 
 
 def test_profile_memory_drops_only_the_allocator_note_of_a_training_batch(tmp_path, capfd):
