@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import hpu_nb.runtime as runtime
@@ -29,12 +31,29 @@ HPU_ENV = (
 
 @pytest.fixture(autouse=True)
 def fresh_backend(monkeypatch: pytest.MonkeyPatch):
+    before = dict(os.environ)
     for name in HPU_ENV:
         monkeypatch.delenv(name, raising=False)
     runtime.reset_backend()
     yield
     runtime.reset_backend()
     _restore_default_autocast_lists()
+    monkeypatch.undo()  # the test's own setenv / delenv are not leaks
+    _restore_environment(before)
+
+
+def _restore_environment(before: dict[str, str]) -> None:
+    """Put os.environ back as the test found it. What the code under test sets in its own process by design (the
+    op-list variables, DeepSpeed's DS_ACCELERATOR, Lightning's PL_GLOBAL_SEED, WORLD_SIZE / RANK from Habana's
+    initialize_distributed_hpu) would otherwise reach the next test on the worker and every process that one starts:
+    a tutorial's kernel, a rank, a fresh interpreter."""
+    for key in set(before) | set(os.environ):
+        if key == "PYTEST_CURRENT_TEST" or before.get(key) == os.environ.get(key):
+            continue
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
 
 
 def _restore_default_autocast_lists() -> None:
