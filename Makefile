@@ -10,7 +10,12 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 export TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,deepspeed,optimum
+EXTRAS ?= dev,deepspeed
+# optimum-habana's tests run in their own environment layered on $(VENV) (.ci/layered_venv.py): it brings transformers,
+# which every Lightning process would otherwise import at start-up (through torchmetrics, ~2 s of CPU each).
+OPTIMUM_VENV := .venv-optimum
+OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
+export HPU_NB_OPTIMUM_PYTHON := $(CURDIR)/$(OPTIMUM_VENV)/bin/python
 JUPYTER_PORT ?= 8888
 # DeepSpeed's C++ ops are compiled by torch into TORCH_EXTENSIONS_DIR (default: one folder per user, shared by every
 # checkout and venv, so each one rebuilds the others' ops). Ours live in the venv: built once by `make setup`, found by
@@ -21,7 +26,7 @@ export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 # emulated Gaudi's everywhere else (hpu_nb-habana.pth), unless HPU_NB_AUTOLOAD=0.
 REAL_HABANA := HPU_NB_AUTOLOAD=0
 
-.PHONY: setup lab test test-fast lint bench browser screenshots clean
+.PHONY: setup optimum-env lab test test-fast lint bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -63,6 +68,14 @@ $(STAMP): pyproject.toml Makefile
 	fi
 	@touch $(STAMP)
 
+# transformers and optimum-habana (the `optimum` extra) over $(VENV), which they leave unchanged.
+optimum-env: $(OPTIMUM_STAMP)
+
+$(OPTIMUM_STAMP): $(STAMP)
+	@echo "setting up $(OPTIMUM_VENV): the optimum extra over $(VENV), for optimum-habana's tests"
+	$(PY) .ci/layered_venv.py $(PY) $(OPTIMUM_VENV) optimum
+	@touch $(OPTIMUM_STAMP)
+
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
@@ -75,7 +88,7 @@ browser: setup
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-test: setup browser lint
+test: setup optimum-env browser lint
 	$(PY) -m pytest tests --nbmake notebooks -q --durations=15 $(XDIST)
 
 lint: setup
@@ -96,4 +109,4 @@ bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(OPTIMUM_VENV) build *.egg-info .pytest_cache

@@ -9,9 +9,11 @@ pytest's process (hpu_nb imported, its fixtures) leaks in:
   autocast; eager and lazy) and on GPT-2 and BERT (lazy), and generation with HPU graphs against plain transformers
   on the CPU.
 
-The optimum-habana tests need the `optimum` extra (`make setup` installs it) and skip, saying so, without it. Two
-things stand in for what a Gaudi machine has, both only in those subprocesses:
-- PATH starts with this interpreter's bin directory, as in an activated venv: optimum-habana reads the Gaudi software
+The optimum-habana scripts run in the interpreter HPU_NB_OPTIMUM_PYTHON names: `make test` sets up `.venv-optimum`, the
+`optimum` extra layered over `.venv` (.ci/layered_venv.py), so that transformers stays out of every other Lightning
+process of the suite. Without it they run in this interpreter, and the tests skip, saying so, where optimum-habana is
+not installed in either. Two things stand in for what a Gaudi machine has, both only in those subprocesses:
+- PATH starts with the interpreter's bin directory, as in an activated venv: optimum-habana reads the Gaudi software
   version at import with the shell command `pip list | grep habana-torch-plugin`, which must find this venv's pip.
 - torchvision: optimum-habana's `adapt_transformers_to_gaudi()` imports GLM-4V's tokenizer, which does
   `from torchvision import transforms` at import. torchvision's PyPI wheels for torch 2.13 link CUDA torch and do not
@@ -40,17 +42,30 @@ TORCHVISION_STANDIN = THIRD_PARTY / "torchvision_standin"
 OPTIMUM_HABANA = "1.21.2"
 
 
-def optimum_habana_version() -> str | None:
-    try:
-        return importlib.metadata.version("optimum-habana")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def optimum_python() -> str:
+    """The interpreter optimum-habana's scripts run in: HPU_NB_OPTIMUM_PYTHON where it exists, else this one."""
+    named = os.environ.get("HPU_NB_OPTIMUM_PYTHON")
+    return named if named and Path(named).is_file() else sys.executable
+
+
+@functools.lru_cache(maxsize=1)
+def optimum_versions() -> dict[str, str | None]:
+    """optimum-habana's and transformers' versions in that interpreter (None: not installed)."""
+    ask = ("import importlib.metadata as m, json\n"
+           "def version(name):\n"
+           "    try:\n"
+           "        return m.version(name)\n"
+           "    except m.PackageNotFoundError:\n"
+           "        return None\n"
+           "print(json.dumps({name: version(name) for name in ('optimum-habana', 'transformers')}))")
+    done = subprocess.run([optimum_python(), "-c", ask], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
 
 
 needs_optimum_habana = pytest.mark.skipif(
-    optimum_habana_version() is None,
-    reason="optimum-habana is not installed: it comes with the `optimum` extra (pip install -e '.[optimum]'), which"
-           " `make setup` / `make test` install",
+    optimum_versions()["optimum-habana"] is None,
+    reason="optimum-habana is not installed: `make test` sets up .venv-optimum with it (`make optimum-env`); in your"
+           " own environment, pip install 'hpu_nb[optimum]'",
 )
 
 
@@ -65,27 +80,25 @@ def intel_transformer_engine_installed() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def torchvision_imports() -> bool:
-    """Whether a real torchvision is installed and imports beside this torch (asked in a fresh interpreter)."""
-    if importlib.util.find_spec("torchvision") is None:
-        return False
-    probe = subprocess.run([sys.executable, "-c", "import torchvision.transforms"], capture_output=True, timeout=120,
+def torchvision_imports(python: str) -> bool:
+    """Whether a real torchvision is installed and imports beside torch there (asked in a fresh interpreter)."""
+    probe = subprocess.run([python, "-c", "import torchvision.transforms"], capture_output=True, timeout=120,
                            check=False)
     return probe.returncode == 0
 
 
 def run_script(script: str, *args: str, lazy: bool, cwd: Path, torchvision_standin: bool = False,
-               timeout: int = 300) -> dict[str, Any]:
+               timeout: int = 300, python: str = sys.executable) -> dict[str, Any]:
     """Run a script of tests/third_party in a fresh interpreter, in the given execution mode; its last stdout line
     is its JSON result."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU_", "HABANA_"))}
     env["PT_HPU_LAZY_MODE"] = "1" if lazy else "0"
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # an activated venv
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])  # an activated venv
     env["TOKENIZERS_PARALLELISM"] = "false"
     env["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: every model here is built from a config
-    if torchvision_standin and not torchvision_imports():
+    if torchvision_standin and not torchvision_imports(python):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TORCHVISION_STANDIN), env.get("PYTHONPATH")]))
-    result = subprocess.run([sys.executable, str(THIRD_PARTY / script), *args], env=env, cwd=cwd, capture_output=True,
+    result = subprocess.run([python, str(THIRD_PARTY / script), *args], env=env, cwd=cwd, capture_output=True,
                             text=True, timeout=timeout, check=False)
     assert result.returncode == 0, f"{script} failed:\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -130,8 +143,30 @@ def test_lightning_habana_hpu_graphs_flows_train_and_test_as_without_graphs(tmp_
 # -- Hugging Face optimum-habana -------------------------------------------------------------------------------------
 @needs_optimum_habana
 def test_the_optimum_habana_under_test_is_the_pinned_one():
-    assert optimum_habana_version() == OPTIMUM_HABANA
-    assert importlib.metadata.version("transformers").startswith("4.55.")
+    versions = optimum_versions()
+    assert versions["optimum-habana"] == OPTIMUM_HABANA
+    assert versions["transformers"] is not None and versions["transformers"].startswith("4.55.")
+
+
+@pytest.mark.slow  # two fresh interpreters importing Lightning
+@pytest.mark.skipif(optimum_python() == sys.executable,
+                    reason="optimum-habana's scripts run in this interpreter (HPU_NB_OPTIMUM_PYTHON names no other)")
+def test_the_optimum_layer_runs_this_torch_and_hpu_nb_and_keeps_transformers_out_of_here():
+    """.venv-optimum (`make optimum-env`) runs the base environment's torch, Lightning and hpu_nb, and adds
+    transformers; the base has none, so its Lightning processes do not import transformers at start-up."""
+    probe = ("import sys, torch, lightning.pytorch, hpu_nb; "
+             "print(torch.__file__, lightning.__file__, hpu_nb.__file__, 'transformers' in sys.modules)")
+
+    def ask(python: str, code: str) -> list[str]:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()
+
+    here = ask(sys.executable, probe)
+    there = ask(optimum_python(), probe + "; import transformers; print(transformers.__file__)")
+    assert here[:3] == there[:3]  # the same torch, Lightning and hpu_nb
+    assert here[3] == "False"  # Lightning (through torchmetrics) found no transformers to import here
+    assert not Path(there[4]).is_relative_to(sys.prefix)  # transformers lives in the layer, not in this environment
 
 
 def assert_trained_the_habana_way(result: dict[str, Any], model_class: str, lazy: bool) -> None:
@@ -162,7 +197,8 @@ def gaudi_trainer_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[st
             if mode == "lazy" and intel_transformer_engine_installed():
                 models.append("llama_fp8")
             runs[mode] = run_script("optimum_train.py", mode, *models, lazy=mode == "lazy",
-                                    cwd=tmp_path_factory.mktemp(mode), torchvision_standin=True)
+                                    cwd=tmp_path_factory.mktemp(mode), torchvision_standin=True,
+                                    python=optimum_python())
         return runs[mode]
 
     return run
@@ -210,7 +246,8 @@ def test_gaudi_trainer_trains_in_fp8_with_habanas_transformer_engine(gaudi_train
 @pytest.mark.slow
 @needs_optimum_habana
 def test_generation_with_hpu_graphs_gives_plain_transformers_tokens(tmp_path):
-    result = run_script("optimum_llama_generate.py", lazy=True, cwd=tmp_path, torchvision_standin=True)
+    result = run_script("optimum_llama_generate.py", lazy=True, cwd=tmp_path, torchvision_standin=True,
+                        python=optimum_python())
     assert result["model_class"] == "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM"
     assert result["graph_wrapped"] is True
     reference = result["reference"]
