@@ -8,7 +8,9 @@ import pytest
 
 import hpu_nb.runtime as runtime
 from tests.cpu_info_once import ask_cpu_info_once
+from tests.notebook_runs import record_nbmake_runs
 from tests.suite_marks import MeasuredSlow
+from tests.work_units import make_scheduler, start_order
 
 ask_cpu_info_once()
 
@@ -75,15 +77,20 @@ from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, n
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The tests measured at more than ~5 s are slow too (tests/suite_marks.py): `make test-fast` leaves them out."""
+    """The tests measured at more than ~5 s are slow too (tests/suite_marks.py): `make test-fast` leaves them out.
+    Under --nbmake the tutorial tests read the notebooks nbmake executed (tests/notebook_runs.py)."""
     config.pluginmanager.register(MeasuredSlow(), "hpu_nb-measured-slow")
+    if config.getoption("nbmake", default=False):
+        record_nbmake_runs()
 
 
-@pytest.hookimpl(trylast=True)  # after tests/browser/conftest.py marked its tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) a module's tests stay together on one worker, in
-    their order (module fixtures, processes a module starts), and the browser tests share one worker: one JupyterLab
-    server and one Chromium at a time. Two modules run at once only in different processes."""
-    for item in items:
-        group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """The longest units of work first (tests/work_units.py), and under --nbmake the notebooks right before the
+    tutorial tests that read them; a stable sort, so a module's tests keep their order."""
+    items.sort(key=lambda item: (start_order(item.nodeid), not getattr(item, "nbmake", False)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`make test` / `make test-fast` (`-n 2 --dist loadgroup`): one unit of work per module, the browser tests, the
+    tutorials (tests/work_units.py: xdist's own loadgroup ignores its marks under pytest 9.2)."""
+    return make_scheduler(config, log) if config.getvalue("dist") == "loadgroup" else None
