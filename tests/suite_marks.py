@@ -2,8 +2,9 @@
 
 `make test-fast` (the developer's loop: `-m "not browser and not slow"`) must stay under 4 minutes on this 2-core
 machine; `make test` runs everything, these included. Listed here (rather than marked in files other people are
-editing): every test that starts a fresh interpreter, ranks or a notebook kernel (each `import lightning` costs ~10 s
-of CPU here, ~7 s of it torchmetrics importing transformers and scipy), and the in-process tests --durations measured
+editing): every test that starts a fresh interpreter, ranks or a notebook kernel (each `import lightning` costs ~5 s
+of CPU here: torch, torch._dynamo, and torchmetrics with scipy; transformers too where it is installed, which is why
+optimum-habana's tests run in their own environment, .venv-optimum), and the in-process tests --durations measured
 at more than ~15 s on the shared machine (~5 s alone): torch.compile / dynamic-shape runs and fp8 convergence.
 tests/test_suite_marks.py checks that every name here still names a test.
 """
