@@ -10,12 +10,6 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 export TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
-DEVICE_STAMP := $(VENV)/.device-built
-DEEPSPEED_OPS_STAMP := $(VENV)/.deepspeed-ops-built
-# Set-up steps that only need the installed packages (the device, DeepSpeed's op, the optimum layer, lint, the
-# browser) run two at a time: each is mostly one process on one core (a compiler, pip, mypy).
-SETUP_JOBS ?= 2
-PARALLEL := --no-print-directory -j$(SETUP_JOBS) --output-sync=line
 EXTRAS ?= dev,deepspeed
 # optimum-habana's tests run in their own environment layered on $(VENV) (.ci/layered_venv.py): it brings transformers,
 # which every Lightning process would otherwise import at start-up (through torchmetrics, ~2 s of CPU each).
@@ -34,7 +28,7 @@ REAL_HABANA := HPU_NB_AUTOLOAD=0
 
 .PHONY: setup optimum-env lab test test-fast lint bench browser screenshots clean
 
-setup: $(STAMP) $(DEVICE_STAMP) $(DEEPSPEED_OPS_STAMP)
+setup: $(STAMP)
 
 # On a Gaudi (habana_frameworks importable) the venv sees Habana's torch through --system-site-packages and we
 # install nothing over it; elsewhere we install the CPU build of torch first, so nothing pulls a CUDA build.
@@ -58,27 +52,21 @@ $(STAMP): pyproject.toml Makefile
 		extras=$$(echo "$$extras" | tr ',' '\n' | grep -vx deepspeed | paste -sd, -); \
 	fi; \
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[$$extras]"
+	@# The emulated Gaudi's hpu device is a small C++ library built for this torch (~20 s, cached in ~/.cache/hpu_nb).
+	@if ! $(REAL_HABANA) $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.emulator.hpu_device; fi
 	@# Kernels started from this venv (JupyterLab, nbmake) find the ops where setup built them.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (hpu_nb)" \
 		--env TORCH_EXTENSIONS_DIR "$(TORCH_EXTENSIONS_DIR)" --env PATH '$(CURDIR)/$(VENV)/bin:$${PATH}' >/dev/null
 	@# DeepSpeed probes libaio by linking a test program; without libaio-dev the linker's errors reach notebooks.
 	@bash .ci/install_system_libs.sh
-	@touch $(STAMP)
-
-# The emulated Gaudi's hpu device is a small C++ library built for this torch (~20 s, cached in ~/.cache/hpu_nb).
-$(DEVICE_STAMP): $(STAMP) hpu_nb/emulator/hpu_device/hpu_device.cpp
-	@if ! $(REAL_HABANA) $(PY) -c "import habana_frameworks" 2>/dev/null; then $(PY) -m hpu_nb.emulator.hpu_device; fi
-	@touch $@
-
-# DeepSpeed runs through its HPU accelerator (on the emulated Gaudi too); ZeRO-Offload's DeepSpeedCPUAdam is a C++ op
-# DeepSpeed compiles on first use (~1 min here). Build it once now, with the environment hpu_nb gives DeepSpeed, not
-# inside a notebook.
-$(DEEPSPEED_OPS_STAMP): $(STAMP)
+	@# DeepSpeed runs through its HPU accelerator (on the emulated Gaudi too); ZeRO-Offload's DeepSpeedCPUAdam is a C++
+	@# op DeepSpeed compiles on first use (~1-2 min here). Build it once now, with the environment hpu_nb gives
+	@# DeepSpeed, not inside a notebook.
 	@if $(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)"; then \
-		echo "building DeepSpeed's CPU Adam op into $(TORCH_EXTENSIONS_DIR) (once, about a minute)"; \
+		echo "building DeepSpeed's CPU Adam op into $(TORCH_EXTENSIONS_DIR) (once, a minute or two)"; \
 		$(PY) -m hpu_nb.core.strategies.deepspeed_ops >/dev/null; \
 	fi
-	@touch $@
+	@touch $(STAMP)
 
 # transformers and optimum-habana (the `optimum` extra) over $(VENV), which they leave unchanged.
 optimum-env: $(OPTIMUM_STAMP)
@@ -88,11 +76,10 @@ $(OPTIMUM_STAMP): $(STAMP)
 	$(PY) .ci/layered_venv.py $(PY) $(OPTIMUM_VENV) optimum
 	@touch $(OPTIMUM_STAMP)
 
-lab:
-	@$(MAKE) $(PARALLEL) setup
+lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
-browser:
+browser: setup
 	@bash .ci/install_browser.sh || true
 
 # Two pytest-xdist workers: much of the suite waits (ranks in collectives and timeouts, kernels, a browser): run alone,
@@ -101,19 +88,17 @@ browser:
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-test:
-	@$(MAKE) $(PARALLEL) setup optimum-env browser lint
+test: setup optimum-env browser lint
 	$(PY) -m pytest tests --nbmake notebooks -q --durations=15 $(XDIST)
 
-lint: $(STAMP)
+lint: setup
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports  # the import contracts in .importlinter (which layer may import which)
 	$(PY) -m mypy  # [tool.mypy] in pyproject.toml: strict on hpu_nb/core and hpu_nb/runtime
 
 # The developer's loop: no browser, nothing slow (marked in its file, or listed in tests/suite_marks.py: processes
 # started, compiles; more than ~5 s each). `make test` runs those too.
-test-fast:
-	@$(MAKE) $(PARALLEL) setup
+test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow" --durations=10 $(XDIST)
 
 # Refresh docs/screenshots/ from the real-browser tests.
