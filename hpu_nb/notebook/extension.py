@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from hpu_nb import _open_trace_viewer as open_trace_viewer  # the one opener; `import hpu_nb` registers it too
 from hpu_nb._viewer_registry import register_trace_viewer, registered_trace_viewer
 from hpu_nb.core import trainer_output
 from hpu_nb.notebook.info import hpu_info
@@ -32,13 +33,6 @@ def hpu_trace_magic(line: str = "") -> Any:
     from hpu_nb.notebook.trace_viewer import hpu_trace_magic as magic  # noqa: PLC0415 -- lazy: start-up cost (widgets)
 
     return magic(line)
-
-
-def open_trace_viewer(path: str, **options: Any) -> Any:
-    """HPUProfiler.show()'s viewer once `%load_ext hpu_nb` ran: imported on first use (anywidget is not cheap)."""
-    from hpu_nb.notebook.trace_viewer import TraceViewer  # noqa: PLC0415 -- lazy: start-up cost (widgets)
-
-    return TraceViewer(path, **options)
 
 
 hpu_info_magic.__name__ = "hpu_info"
