@@ -298,7 +298,6 @@ class RankProgress:
 
 def _is_stopped(report: dict[str, Any]) -> bool:
     """Whether the reporting rank's process, on this host, is stopped (SIGSTOP / SIGTSTP)."""
-
     if report["host"] != socket.gethostname():
         return False
     try:

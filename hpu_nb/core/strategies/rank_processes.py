@@ -98,7 +98,6 @@ def describe_exit(returncode: int) -> str:
 
 def process_running(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie has ended: only its parent has still to collect its status)."""
-
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -125,7 +124,6 @@ def child_returncode(handle: Any) -> int | None:
 def stop_processes(pids: list[int], grace: float = KILL_GRACE_S) -> None:
     """SIGTERM the processes (and SIGCONT: a stopped process acts on SIGTERM only once continued), SIGKILL those still
     running after `grace` seconds. Nothing is collected: each process's owner keeps its exit status."""
-
     procs = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
@@ -283,7 +281,6 @@ def stop_script_ranks() -> None:
 
 
 def _wait_ended_pids(pids: list[int], timeout: float) -> None:
-
     procs = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
