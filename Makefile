@@ -84,12 +84,13 @@ browser: setup
 
 # Two pytest-xdist workers: much of the suite waits (ranks in collectives and timeouts, kernels, a browser): run alone,
 # the slow tests used 3.5 min of CPU in 7.6 min. A module's tests stay on one worker, in order, the browser tests share
-# one, the longest units start first (tests/work_units.py). TEST_WORKERS=0 runs everything in one process.
+# one, the longest units start first (tests/work_units.py). TEST_WORKERS=0 runs everything in one process. A notebook
+# cell that runs past 200 s fails naming itself, before pytest-timeout's 300 s stops the test with no cell named.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
 test: setup optimum-env browser lint
-	$(PY) -m pytest tests --nbmake notebooks -q --durations=15 $(XDIST)
+	$(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=200 -q --durations=15 $(XDIST)
 
 lint: setup
 	$(PY) -m ruff check .

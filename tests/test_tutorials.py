@@ -19,7 +19,8 @@ NOTEBOOKS = ROOT / "notebooks"
 pytestmark = pytest.mark.slow
 
 # A cell that runs longer than this fails naming itself (nbclient's CellTimeoutError shows its source), before
-# pytest-timeout's 300 s would stop the whole test with only the client's stack.
+# pytest-timeout's 300 s would stop the whole test with only the client's stack (`make test` gives nbmake's runs, which
+# these tests read, the same bound: --nbmake-timeout=200).
 CELL_TIMEOUT_S = 200
 
 
