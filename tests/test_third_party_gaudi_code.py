@@ -79,7 +79,7 @@ def intel_transformer_engine_installed() -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=1)
+@functools.cache
 def torchvision_imports(python: str) -> bool:
     """Whether a real torchvision is installed and imports beside torch there (asked in a fresh interpreter)."""
     probe = subprocess.run([python, "-c", "import torchvision.transforms"], capture_output=True, timeout=120,
