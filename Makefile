@@ -26,7 +26,7 @@ export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 # emulated Gaudi's everywhere else (hpu_nb-habana.pth), unless HPU_NB_AUTOLOAD=0.
 REAL_HABANA := HPU_NB_AUTOLOAD=0
 
-.PHONY: setup optimum-env lab test test-fast lint bench browser screenshots clean
+.PHONY: setup optimum-env lab test test-fast test-torch-builds lint bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -101,6 +101,14 @@ lint: setup
 # started, compiles; more than ~5 s each). `make test` runs those too.
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow" --durations=10 $(XDIST)
+
+# The emulated Gaudi on the torch builds users have, besides the pinned CPU build: a CUDA build (pip's torch==2.14.1,
+# from this machine's disk where it lies there) and PyPI's newest torch, each in its own environment cached in
+# ~/.cache/hpu_nb/torch-builds, with hpu_nb installed non-editable from this checkout; the fast suite and
+# tests/test_torch_builds.py run in each (.ci/torch_builds.py). `make test-torch-builds TORCH_BUILDS="2.9.1"` for others.
+TORCH_BUILDS ?= 2.14.1 latest
+test-torch-builds: setup
+	$(PY) .ci/torch_builds.py $(TORCH_BUILDS) -- $(XDIST)
 
 # Refresh docs/screenshots/ from the real-browser tests.
 screenshots: setup browser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -72,7 +73,8 @@ class Versions:
 
 
 def python_stack_versions() -> Versions:
-    """The installed torch and Lightning, from their distributions' metadata (nothing is imported)."""
+    """The installed torch and Lightning, from their distributions' metadata (nothing is imported); torch's own
+    `__version__` where it is imported already: it names the build (2.14.1+cu130 where the metadata says 2.14.1)."""
 
     def installed(distribution: str) -> str | None:
         try:
@@ -80,7 +82,9 @@ def python_stack_versions() -> Versions:
         except PackageNotFoundError:
             return None
 
-    return Versions(torch=installed("torch"), lightning=installed("lightning") or installed("pytorch-lightning"))
+    imported_torch = getattr(sys.modules.get("torch"), "__version__", None)
+    torch_version = str(imported_torch) if imported_torch else installed("torch")
+    return Versions(torch=torch_version, lightning=installed("lightning") or installed("pytorch-lightning"))
 
 
 class DeviceBackend(ABC):

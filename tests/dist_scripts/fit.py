@@ -12,6 +12,7 @@ writes <out>/stuck<R>.pid, then in its training step sleeps for ten minutes, sto
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -32,6 +33,14 @@ else:  # run as a script, from this folder
     from stuck_rank import HOW, get_stuck
 
 FEATURES = 32
+
+
+def _weights_digest(module: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, value in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(value.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 class Model(L.LightningModule):
@@ -209,6 +218,7 @@ def main() -> int:
         "deepspeed_cpu_checkpoint": getattr(
             sys.modules.get("deepspeed.runtime.activation_checkpointing.checkpointing"), "CPU_CHECKPOINT", None),
         "visible_modules": os.environ.get("HABANA_VISIBLE_MODULES"),
+        "weights_digest": _weights_digest(trainer.lightning_module),  # DDP keeps every rank's replica equal
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     if rank == 0:

@@ -163,9 +163,14 @@ def announce() -> bool:
     the emulated Gaudi announces itself when first used (load). False when the library is not built."""
     if not load_library_if_built():
         return False
-    from hpu_nb.emulator.hpu_device import backward, missing_kernels  # noqa: PLC0415 -- lazy: at first use (see top)
+    from hpu_nb.emulator.hpu_device import (  # noqa: PLC0415 -- lazy: at first use (see top)
+        accelerator,
+        backward,
+        missing_kernels,
+    )
 
     torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
+    accelerator.claim()  # hpu is torch's accelerator, as on a Gaudi (a CUDA build without a GPU too)
     missing_kernels.register()  # what Habana's bridge has no HPU kernel for is refused on the fake Gaudi too
     backward.install()  # so any backward on hpu runs on its calling thread, whatever uses the device first
     return True
@@ -210,6 +215,7 @@ def _load_library(path: object) -> str:
 def _activate() -> None:
     """Everything the emulated Gaudi sets up when first used: its HPU hooks, autocast lists, Habana ops, HCCL."""
     from hpu_nb.emulator.hpu_device import (  # noqa: PLC0415 -- lazy: at first use (see top)
+        accelerator,
         autocast,
         backward,
         habana_ops,
@@ -223,6 +229,7 @@ def _activate() -> None:
             " TORCH_DEVICE_BACKEND_AUTOLOAD / HPU_NB_AUTOLOAD not set to 0) before other torch code runs, e.g. at the"
             " top of the notebook, then restart the kernel."
         )
+    accelerator.claim()  # which accelerator torch serves now (hpu, or a usable GPU's): see accelerator.py
     autocast.register(autocast.lists_from_environment())
     missing_kernels.register()  # after the device's kernels (activate), which it overrides for those ops
     habana_ops.register()

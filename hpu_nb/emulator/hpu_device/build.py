@@ -16,7 +16,9 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 # torch is imported where it is needed: the compiler's guard runs this file as a script (`python -S`, no site-packages)
 # and must start without it. The standard modules above are loaded by `import torch` anyway (torch's autoload imports
@@ -96,12 +99,45 @@ def library_path() -> Path:
     return fallback if fallback.exists() else primary
 
 
+# ATen.h states the C++ standard it needs: `#if !defined(_MSC_VER) && __cplusplus < 202002L` / `#error C++20 ...`
+# from torch 2.14 (C++17 before). The build asks the installed headers rather than a table of torch versions.
+_REQUIRED_STANDARD = re.compile(r"__cplusplus\s*<\s*(\d{6})L")
+_STANDARDS = {201703: "c++17", 202002: "c++20", 202302: "c++23"}
+
+
+def cxx_standard() -> str:
+    """The C++ standard the installed torch's headers require (`-std=` value): C++17 unless ATen.h asks for more."""
+    required = 201703
+    for include in _cpp_extension().include_paths():
+        header = Path(include) / "ATen" / "ATen.h"
+        if header.is_file():
+            for match in _REQUIRED_STANDARD.finditer(header.read_text(errors="replace")):
+                required = max(required, int(match.group(1)))
+            break
+    known = [value for value in sorted(_STANDARDS) if value >= required]
+    return _STANDARDS[known[0]] if known else f"c++{str(required)[2:4]}"
+
+
+def _cpp_extension() -> ModuleType:
+    """torch.utils.cpp_extension, imported without its import-time warning on a CUDA build without the CUDA toolkit
+    ("No CUDA runtime is found, using CUDA_HOME=..."): the emulated device is a CPU library and needs none."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension  # noqa: PLC0415 -- lazy: costs ~0.5 s, only a build needs it
+    finally:
+        logger.setLevel(level)
+    return cpp_extension
+
+
 def compile_command(compiler: str, output: Path) -> list[str]:
     import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
-    from torch.utils import cpp_extension  # noqa: PLC0415 -- lazy: costs ~0.5 s, only a build needs it
+
+    cpp_extension = _cpp_extension()
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w"]
+    command = [compiler, "-O2", "-shared", "-fPIC", f"-std={cxx_standard()}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w"]
     for include in cpp_extension.include_paths():
         command += ["-isystem", include]
     command += [str(SOURCE), "-o", str(output)]

@@ -25,7 +25,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/detail/HIPHooksInterface.h>
 #include <ATen/detail/HPUHooksInterface.h>
+#include <ATen/detail/MPSHooksInterface.h>
+#include <ATen/detail/XPUHooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -40,11 +44,18 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/library.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cinttypes>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -231,11 +242,132 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl);
 
+// ----------------------------------------------------------------------------------------------------------------
+// Which accelerator torch serves: the question every build of torch asks its compiled-in hooks.
+// ----------------------------------------------------------------------------------------------------------------
+// torch's getAccelerator() (aten/src/ATen/DeviceAccelerator.cpp, 2.6 to 2.15) asks the hooks of each compiled-in
+// accelerator (CUDA, XPU, HIP, MPS, HPU) whether it isBuilt() and raises "Cannot have both HPU and cuda." when two
+// say yes; autograd's engine, dynamo and init_process_group all ask it. And autograd serves one accelerator per
+// process: from torch 2.9 its engine and InputBuffer give a node on an accelerator device (isAccelerator: CUDA, XPU,
+// HPU, ...) the current stream of *the* accelerator (at::accelerator::getCurrentStream), so backward through `hpu`
+// tensors needs HPU to be the process's accelerator. PyPI's torch for Linux is a CUDA build, whose CUDA hooks say
+// isBuilt() whether or not a GPU is there. So, when the emulated card is first used:
+// * another compiled-in accelerator with no usable device (a CUDA build on a machine without a GPU, or with the GPUs
+//   hidden) is told to answer isBuilt() = false, as a CPU build's hooks do: the process's accelerator becomes hpu, as
+//   on a Gaudi. Its other answers (torch.cuda.is_available() is False, device_count() 0) are unchanged.
+// * another accelerator with a usable device keeps the question (torch.accelerator stays cuda): HPU answers
+//   isBuilt() = false, and the Python side finds out whether this torch's autograd can run hpu beside it.
+// The hooks object is created by torch before any extension loads (torch._C's init asks getCUDAHooks()), so its
+// answer is changed in place: the isBuilt slot of its virtual table, found through the C++ ABI's member-pointer
+// encoding, is pointed at a function returning false (the page's protection is restored after).
+std::atomic<bool> g_beside_other_accelerator{false};  // another accelerator with a device keeps the question
+
+bool answer_not_built(const void* /*hooks*/) {
+  return false;
+}
+
+// The byte offset of isBuilt() in an accelerator hooks object's virtual table, or -1 if this ABI is not known.
+std::ptrdiff_t is_built_slot_offset() {
+  using IsBuilt = bool (at::AcceleratorHooksInterface::*)() const;
+  IsBuilt member = &at::AcceleratorHooksInterface::isBuilt;
+  struct {
+    std::ptrdiff_t ptr;
+    std::ptrdiff_t adj;
+  } repr;
+  static_assert(sizeof(repr) == sizeof(member), "not the Itanium C++ ABI's member pointers");
+  std::memcpy(&repr, &member, sizeof(repr));
+#if defined(__aarch64__) || defined(__arm__)
+  return (repr.adj & 1) ? repr.ptr : -1;  // ARM's variant: the virtual flag is adj's low bit
+#elif defined(__x86_64__) || defined(__i386__) || defined(__powerpc64__) || defined(__s390x__)
+  return (repr.ptr & 1) ? repr.ptr - 1 : -1;  // a virtual member's ptr is 1 + its offset in the table
+#else
+  return -1;
+#endif
+}
+
+// The protection of the mapped page holding `address` (from /proc/self/maps), or -1.
+int page_protection(uintptr_t address) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t start = 0, end = 0;
+    char perms[5] = {0};
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s", &start, &end, perms) != 3) continue;
+    if (address < start || address >= end) continue;
+    return (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+  }
+  return -1;
+}
+
+// Makes `hooks` answer isBuilt() = false; returns "" on success, else why not.
+std::string answer_not_built_for(const at::AcceleratorHooksInterface& hooks) {
+  const std::ptrdiff_t offset = is_built_slot_offset();
+  if (offset < 0) return "this platform's C++ ABI is not one hpu_nb knows";
+  auto* object = const_cast<at::AcceleratorHooksInterface*>(&hooks);
+  char* table = *reinterpret_cast<char**>(object);
+  auto** slot = reinterpret_cast<void**>(table + offset);
+  const uintptr_t page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t page = reinterpret_cast<uintptr_t>(slot) & ~(page_size - 1);
+  const int protection = page_protection(reinterpret_cast<uintptr_t>(slot));
+  if (protection < 0) return "its virtual table is not in a mapped page";
+  if (!(protection & PROT_WRITE) &&
+      mprotect(reinterpret_cast<void*>(page), page_size, PROT_READ | PROT_WRITE) != 0) {
+    return std::string("mprotect: ") + std::strerror(errno);
+  }
+  void* original = *slot;
+  *slot = reinterpret_cast<void*>(&answer_not_built);
+  const bool took = !hooks.isBuilt();
+  if (!took) *slot = original;
+  if (!(protection & PROT_WRITE)) mprotect(reinterpret_cast<void*>(page), page_size, protection);
+  return took ? "" : "its isBuilt() is not where the C++ ABI puts it";
+}
+
+struct OtherAccelerator {
+  const char* name;
+  const at::AcceleratorHooksInterface& (*hooks)();
+};
+
+const at::AcceleratorHooksInterface& cuda_hooks() { return at::detail::getCUDAHooks(); }
+const at::AcceleratorHooksInterface& xpu_hooks() { return at::detail::getXPUHooks(); }
+const at::AcceleratorHooksInterface& hip_hooks() { return at::detail::getHIPHooks(); }
+const at::AcceleratorHooksInterface& mps_hooks() { return at::detail::getMPSHooks(); }
+
+// The compiled-in accelerators torch's getAccelerator() asks before HPU, in its order.
+const OtherAccelerator kOtherAccelerators[] = {
+    {"cuda", &cuda_hooks}, {"xpu", &xpu_hooks}, {"hip", &hip_hooks}, {"mps", &mps_hooks}};
+
+bool other_accelerator_built() {
+  for (const auto& other : kOtherAccelerators) {
+    if (other.hooks().isBuilt()) return true;
+  }
+  return false;
+}
+
+// Settles which accelerator torch serves now that the emulated card is used (see above). Returns a report: "hpu" when
+// HPU is the process's accelerator; "beside:<name>" when another accelerator with a usable device keeps it;
+// "refused:<name>:<why>" when another accelerator's answer could not be changed.
+std::string claim_accelerator() {
+  for (const auto& other : kOtherAccelerators) {
+    const at::AcceleratorHooksInterface& hooks = other.hooks();
+    if (!hooks.isBuilt()) continue;
+    if (hooks.isAvailable()) {
+      g_beside_other_accelerator = true;
+      return std::string("beside:") + other.name;
+    }
+    const std::string why = answer_not_built_for(hooks);
+    if (!why.empty()) {
+      g_beside_other_accelerator = true;
+      return std::string("refused:") + other.name + ":" + why;
+    }
+  }
+  return "hpu";
+}
+
 struct HPUHooks final : at::HPUHooksInterface {
   HPUHooks(at::HPUHooksArgs) {}
   void init() const override {}
   bool isBuilt() const override {
-    return g_active.load();
+    return g_active.load() && !g_beside_other_accelerator.load() && !other_accelerator_built();
   }
   bool isAvailable() const override {
     return g_active.load();
@@ -892,6 +1024,7 @@ TORCH_LIBRARY(hpu_emu, m) {
   m.def("configure(int limit, str label) -> ()", &hpu_nb::configure);
   m.def("fresh_card() -> ()", &hpu_nb::fresh_card);
   m.def("activate() -> bool", &hpu_nb::activate);
+  m.def("claim_accelerator() -> str", &hpu_nb::claim_accelerator);
   m.def("host_alias(Tensor(a) self) -> Tensor(a)", &hpu_nb::host_alias);
   m.def("register_autocast(str name, str[] overloads, int policy) -> ()", &hpu_nb::register_autocast);
   m.def("clear_autocast() -> ()", &hpu_nb::clear_autocast);
