@@ -46,3 +46,19 @@ def test_gradscaler_still_calls_what_hpu_gradscaler_replaces() -> None:
     assert "_amp_update_scale_" in inspect.getsource(torch.amp.GradScaler.update)
     sharded = inspect.getsource(ShardedGradScaler.unscale_)
     assert "self._unscale_grads_(" in sharded and "all_reduce" in sharded
+
+
+def test_the_flight_recorder_still_skips_groups_of_self_recording_backends() -> None:
+    """hpu_nb.emulator.hpu_device.hccl adds "hccl" to torch's self-recording backends (from torch 2.15, a new group of
+    another backend gets a flight-recorder hook, which the emulated HCCL's ProcessGroup subclass cannot take)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    from hpu_nb.emulator.hpu_device import hccl
+
+    attach = getattr(c10d, "_maybe_attach_flight_recorder", None)
+    if attach is None:  # torch before 2.15 attaches no hook from Python
+        assert not hasattr(c10d, "_FR_SELF_RECORDING_BACKENDS")
+        return
+    assert "_FR_SELF_RECORDING_BACKENDS" in inspect.getsource(attach)
+    hccl.register()
+    assert hccl.BACKEND_NAME in c10d._FR_SELF_RECORDING_BACKENDS

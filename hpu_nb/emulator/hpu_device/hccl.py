@@ -250,3 +250,14 @@ def register(create: Any = _create) -> None:
     """Make `init_process_group("hccl")` use the emulated HCCL, for the `hpu` device (registering again is harmless)."""
     dist.Backend.register_backend(BACKEND_NAME, create, devices=["hpu"])
     dist.Backend.default_device_backend_map["hpu"] = BACKEND_NAME
+    _recorded_by_gloo()
+
+
+def _recorded_by_gloo() -> None:
+    """torch 2.15 attaches its flight recorder to each new group whose backends do not record themselves
+    (distributed_c10d._maybe_attach_flight_recorder), which needs a C++ backend registered on the group, and the
+    emulated HCCL is a ProcessGroup subclass ("ProcessGroup name not set" from init_process_group). Its collectives
+    are gloo's, which records its own (torch lists gloo as self-recording): "hccl" joins that list."""
+    self_recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if isinstance(self_recording, set):
+        self_recording.add(BACKEND_NAME)
