@@ -3,6 +3,14 @@
 Like Habana's HCCL it is registered for the `hpu` device only and refuses host tensors ("move them to the device
 first"), reduces with sum / min / max natively and mean as sum / world size. gloo works on CPU aliases of the same
 host memory, so results land in the hpu tensors with no copy.
+
+The single-tensor gathers and scatters check what Habana's ProcessGroupHCCL checks (same dtype; the output holds
+world size times the input's elements, or the input world size times the output's) and no shape: HCCL moves flat
+buffers, so an `all_gather_into_tensor` output may be flat ([world * numel], what accelerate's `gather` sends),
+concatenated ([world * N, ...]) or stacked ([world, N, ...]); gloo, which checks shapes, is handed flat views. A list
+`all_gather` with outputs of different sizes is carried out, as HCCL does, by one broadcast from each rank.
+Options torch does not export from torch.distributed (AllgatherOptions, in every torch from 2.7 on) are never
+built here: when a caller passes none, gloo's own default is used.
 """
 
 from __future__ import annotations
@@ -38,6 +46,35 @@ def _host(tensor: torch.Tensor) -> torch.Tensor:
 
 def _hosts(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return [_host(t) for t in tensors]
+
+
+def _flat_host(tensor: torch.Tensor) -> torch.Tensor:
+    """The CPU alias as the flat buffer HCCL moves (a view: what gloo writes lands in the hpu tensor)."""
+    if not tensor.is_contiguous():
+        raise RuntimeError("HCCL gathers and scatters contiguous tensors: call .contiguous() on the tensor first.")
+    return _host(tensor).view(-1)
+
+
+def _check_gather(output: torch.Tensor, input: torch.Tensor, world: int) -> None:
+    """Habana's ProcessGroupHCCL checks for _allgather_base (all_gather_into_tensor): dtype and element count only."""
+    if input.dtype != output.dtype:
+        raise RuntimeError("output tensor must have the same type as input tensor")
+    if input.numel() * world != output.numel():
+        raise RuntimeError("output tensor size must be equal to world_size times input tensor size")
+
+
+def _check_scatter(output: torch.Tensor, input: torch.Tensor, world: int) -> None:
+    """Habana's ProcessGroupHCCL checks for _reduce_scatter_base (reduce_scatter_tensor): dtype and element count."""
+    if input.dtype != output.dtype:
+        raise RuntimeError("input tensor must be the same type as the output tensor.")
+    if input.numel() != output.numel() * world:
+        raise RuntimeError("input tensor must be the same size as output size times world size")
+
+
+def _call(method: Any, *args: Any, opts: Any = None) -> Any:
+    """`method(*args, opts)`, or gloo's own default options when the caller gave none (torch 2.7's `all_gather` passes
+    none, and torch.distributed exports no AllgatherOptions to build one from)."""
+    return method(*args) if opts is None else method(*args, opts)
 
 
 def _reduce_op(op: Any) -> tuple[Any, bool]:
@@ -114,16 +151,35 @@ class EmulatedHCCL(ProcessGroup):
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None) -> Any:
+        if any(len({t.shape for t in group}) > 1 for group in output_tensors):
+            return self._allgather_uneven(output_tensors, input_tensors, opts)
         outputs = [_hosts(group) for group in output_tensors]
-        return self._gloo.allgather(outputs, _hosts(input_tensors), opts or dist.AllgatherOptions())
+        return _call(self._gloo.allgather, outputs, _hosts(input_tensors), opts=opts)
+
+    def _allgather_uneven(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+                          opts: Any) -> Any:
+        """Outputs of different sizes (a rank's input fits its own slot): as HCCL, one broadcast from each rank."""
+        (outputs,), (input,) = [_hosts(group) for group in output_tensors], _hosts(input_tensors)
+        if len(outputs) != self.size():
+            raise RuntimeError(f"all_gather needs one output tensor per rank ({self.size()}), got {len(outputs)}")
+        outputs[self.rank()].copy_(input)
+        works = []
+        for root, output in enumerate(outputs):
+            broadcast = dist.BroadcastOptions()
+            broadcast.rootRank, broadcast.rootTensor = root, 0
+            if opts is not None:
+                broadcast.timeout = opts.timeout
+            works.append(self._gloo.broadcast([output], broadcast))
+        return _all_of(works)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> Any:
         outputs = [_hosts(group) for group in output_lists]
-        return self._gloo.allgather_coalesced(outputs, _hosts(inputs), opts or dist.AllgatherOptions())
+        return _call(self._gloo.allgather_coalesced, outputs, _hosts(inputs), opts=opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        return self._gloo._allgather_base(_host(output), _host(input), opts or dist.AllgatherOptions())
+        _check_gather(output, input, self.size())
+        return _call(self._gloo._allgather_base, _flat_host(output), _flat_host(input), opts=opts)
 
     _allgather_base = all_gather_single  # the name before torch 2.10
 
@@ -142,9 +198,10 @@ class EmulatedHCCL(ProcessGroup):
         return self._averaged(work, outputs) if average else work
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        _check_scatter(output, input, self.size())
         opts, average = self._reduce_options(opts or dist.ReduceScatterOptions(), dist.ReduceScatterOptions)
-        host_output = _host(output)
-        work = self._gloo._reduce_scatter_base(host_output, _host(input), opts)
+        host_output = _flat_host(output)
+        work = self._gloo._reduce_scatter_base(host_output, _flat_host(input), opts)
         return self._averaged(work, [host_output]) if average else work
 
     _reduce_scatter_base = reduce_scatter_single  # the name before torch 2.10
