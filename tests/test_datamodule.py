@@ -96,7 +96,10 @@ def test_pin_memory_true_does_not_warn_on_the_emulated_gaudi():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert numbers(dm.val_dataloader()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert not [w for w in caught if "pin_memory" in str(w.message)]
+    # torch 2.9's DataLoader passes the accelerator to Tensor.pin_memory(device), which torch itself calls deprecated
+    # (for every accelerator, CUDA too): that is torch's own, not a word about the emulated card.
+    ours = [w for w in caught if "pin_memory" in str(w.message) and "argument 'device' of" not in str(w.message)]
+    assert not ours
     assert torch.accelerator.current_accelerator().type == "hpu"  # what torch pins for: the emulated card
 
 
