@@ -228,3 +228,12 @@ class _Regression(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+def test_torch_releases_outside_the_tested_range() -> None:
+    with pytest.raises(build.DeviceBuildError, match=r"needs torch 2\.7 or newer .* this is torch 2\.6\.0\+cu124"):
+        build.check_torch_release("2.6.0+cu124")
+    with pytest.warns(UserWarning, match=r"torch 2\.16\.0 is newer than the releases .* \(2\.7 to 2\.15\)"):
+        build.check_torch_release("2.16.0")
+    build.check_torch_release(torch.__version__)  # this environment's torch is in the range: nothing said
+    assert build.torch_release("2.14.1+cu130") == (2, 14) and build.torch_release("2.6.0a0+git1234") == (2, 6)

@@ -26,6 +26,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -146,8 +147,41 @@ def compile_command(compiler: str, output: Path) -> list[str]:
     return command + ["-lc10", "-ltorch_cpu", "-ltorch"]
 
 
+# The torch releases the emulated device is tested with, CPU and CUDA builds (`make test-torch-builds`; the README's
+# "The torch you have"): Intel Gaudi 1.22's torch (2.7) to PyPI's newest when it was last measured.
+OLDEST_TESTED_TORCH = (2, 7)
+NEWEST_TESTED_TORCH = (2, 15)
+
+
+def torch_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string ("2.14.1+cu130" -> (2, 14))."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise DeviceBuildError(f"torch's version {version!r} is not one hpu_nb can read")
+    return int(match.group(1)), int(match.group(2))
+
+
+def check_torch_release(version: str) -> None:
+    """Refuse a torch older than the tested range (its C++ API differs); warn once, and build, for a newer one."""
+    release = torch_release(version)
+    oldest, newest = (".".join(map(str, r)) for r in (OLDEST_TESTED_TORCH, NEWEST_TESTED_TORCH))
+    if release < OLDEST_TESTED_TORCH:
+        raise DeviceBuildError(
+            f"The emulated Gaudi needs torch {oldest} or newer (tested: {oldest} to {newest}, CPU and CUDA builds);"
+            f" this is torch {version}. Upgrade it (`pip install 'torch>={oldest}'`), or use a Gaudi, whose own"
+            " torch hpu_nb runs on as it is."
+        )
+    if release > NEWEST_TESTED_TORCH:
+        warnings.warn(
+            f"torch {version} is newer than the releases the emulated Gaudi is tested with ({oldest} to {newest}):"
+            " the device is built for it and should work; if something fails, torch "
+            f"{newest} is the newest known to.", stacklevel=3,
+        )
+
+
 def build(quiet: bool = False) -> Path:
     """The library's path, compiling it first if this source and torch have none yet."""
+    check_torch_release(_torch_version())
     target = library_path()
     if target.exists():
         return target
