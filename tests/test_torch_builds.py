@@ -44,6 +44,7 @@ def _fresh_python(code: str, env: dict[str, str] | None = None) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_torch_accelerator_answers_before_and_after_hpu_is_used() -> None:
     report = json.loads(_fresh_python("""
