@@ -388,6 +388,64 @@ def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict]:
         enable_recompute_sdp(previous)
 
 
+# -- constant-section serialization (the bridge's hpu/__init__.py over runtime_config.cpp) ---------------------------
+# On a Gaudi, graphs compiled for inference keep their constant tensors (weights marked const) in "const sections"
+# that the runtime can write under `path/<rank>/` (emptied first when `clear_path`, compressed when `use_compression`)
+# and drop from device memory. The emulated Gaudi compiles no recipes and keeps every tensor in host memory: the
+# settings are kept, as Habana's runtime keeps them, and nothing is written.
+_const_section_serialization = ("", False, False)  # (path, clear_path, use_compression): Habana's "off"
+
+
+def enable_const_section_serialization(path: Any, clear_path: bool, use_compression: bool) -> None:
+    """Habana's signature (all three required); `path` is taken as str(path), as the bridge passes it on."""
+    global _const_section_serialization
+    _const_section_serialization = (str(path), bool(clear_path), bool(use_compression))
+
+
+def disable_const_section_serialization() -> None:
+    global _const_section_serialization
+    _const_section_serialization = ("", False, False)
+
+
+def const_section_serialization_settings() -> tuple[str, bool, bool]:
+    """(path, clear_path, use_compression) as last set; path "" means off (emulated Gaudi only: Habana keeps them in
+    its C++ runtime)."""
+    return _const_section_serialization
+
+
+# -- legacy tensor types: hthpu.FloatTensor([...]) and the like, as the bridge makes them -----------------------------
+def _create_tensor_alias(name: str, dtype: torch.dtype) -> type:
+    """A torch.Tensor subclass whose constructor copies its data to a new tensor of `dtype` on `hpu` (like
+    torch.tensor); a `device` or `dtype` keyword other than those is refused with Habana's message."""
+
+    class TypeFabric(torch.Tensor):
+        @staticmethod
+        def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+            device = kwargs.get("device")
+            if device is not None and torch.device(device).type != "hpu":
+                raise RuntimeError(f"legacy constructor expects device type: hpu but device type: {device} was passed")
+            requested = kwargs.get("dtype")
+            if requested is not None and requested != dtype:
+                raise RuntimeError(f"legacy constructor expects dtype: {dtype} but dtype: {requested} was passed")
+            kwargs["device"], kwargs["dtype"] = "hpu", dtype
+            return torch.Tensor._make_subclass(cls, torch.tensor(*args, **kwargs))
+
+    TypeFabric.__name__ = TypeFabric.__qualname__ = name
+    return TypeFabric
+
+
+BFloat16Tensor = _create_tensor_alias("BFloat16Tensor", torch.bfloat16)
+BoolTensor = _create_tensor_alias("BoolTensor", torch.bool)
+ByteTensor = _create_tensor_alias("ByteTensor", torch.uint8)
+CharTensor = _create_tensor_alias("CharTensor", torch.int8)
+DoubleTensor = _create_tensor_alias("DoubleTensor", torch.float64)
+FloatTensor = _create_tensor_alias("FloatTensor", torch.float32)
+HalfTensor = _create_tensor_alias("HalfTensor", torch.float16)
+IntTensor = _create_tensor_alias("IntTensor", torch.int32)
+LongTensor = _create_tensor_alias("LongTensor", torch.int64)
+ShortTensor = _create_tensor_alias("ShortTensor", torch.int16)
+
+
 # -- HPU graphs: in lazy mode only, as in Habana's software (its hpu module imports them only when is_lazy()) --
 _GRAPH_NAMES = ("HPUGraph", "ModuleCacher", "graph", "make_graphed_callables", "wrap_in_hpu_graph",
                 "wrap_in_hpu_graph_func", "CachedParams", "copy_to", "input_hash")
