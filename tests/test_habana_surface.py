@@ -199,7 +199,25 @@ def test_const_section_serialization_keeps_habanas_settings_and_writes_nothing(t
 # ------------------------------------------------------------------------------------------------ compiled autograd
 
 
-def test_enable_compiled_autograd_compiles_backward_with_hpu_backend(caplog) -> None:
+@pytest.fixture
+def fresh_compiler(monkeypatch: pytest.MonkeyPatch):
+    """dynamo's caches empty, the emulated hpu_backend's counters at zero, its dynamic-shape switch as by default."""
+    import torch._dynamo
+
+    from hpu_nb.runtime import compile_backend
+
+    monkeypatch.delenv(compile_backend.DYNAMIC_SHAPES_ENV, raising=False)
+    monkeypatch.setattr(compile_backend, "_dynamic_shapes", None)
+    monkeypatch.setattr(compile_backend, "_applied", False)
+    monkeypatch.setattr(compile_backend, "COUNTERS", compile_backend.CompileCounters())
+    saved = torch._dynamo.config.automatic_dynamic_shapes
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+    torch._dynamo.config.automatic_dynamic_shapes = saved
+
+
+def test_enable_compiled_autograd_compiles_backward_with_hpu_backend(fresh_compiler, caplog) -> None:
     from habana_frameworks.torch.dynamo.compile_backend.experimental import enable_compiled_autograd
 
     from hpu_nb.runtime import compile_backend
@@ -306,14 +324,69 @@ def test_detect_recompilation_auto_model_logs_signatures_and_writes_its_tables(t
     assert "Found new input signature" in top[0] and "Found new input signature" not in top[1]
     assert "Found new input signature" in top[2]  # batch 3: a new shape
     assert all("num_graphs:0" in ln and "Recompilation!" not in ln for ln in top)  # eager: nothing compiled
+    capsys.readouterr()
     counts = net.analyse_dynamicity()
-    assert counts == {}
+    assert counts == {}  # measured: nothing was compiled (Habana's tables and CSV files hold only what was measured)
     with open(out_prefix + "_1.csv") as f:
         assert next(csv.reader(f))[:2] == ["Step", "Recompiling modules"]
     assert os.path.exists(out_prefix + "_2.csv")
-    assert "Recompile count" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Recompile count" in printed
+    # said plainly: what the emulated Gaudi cannot see, before the (empty) tables ...
+    note = printed.index("Emulated Gaudi: num_graphs and the tables below count only")
+    assert note < printed.index("Recompile count")
+    assert "empty tables mean 'not seen on the emulated Gaudi', not 'no recompilation on a Gaudi'" in printed
+    # ... and, after them, where a Gaudi would compile a new graph: batch 3 at step 2, in every module it reached
+    unseen = printed[printed.index("Not compiled on the emulated Gaudi"):]
+    assert "where the module runs compiled (torch.compile without dynamic shapes, or lazy mode)" in unseen
+    rows = [[cell.strip() for cell in line.split(" | ")] for line in unseen.splitlines()[2:]]
+    assert sorted(rows) == [["2", "Net", "Sequential"], ["2", "Net/0", "Inner"], ["2", "Net/0/fc", "Linear"],
+                            ["2", "Net/1", "Linear"]]
     with pytest.raises(AssertionError, match="raw_logs"):
         detect_recompilation_auto_model(net)
+
+
+class CompiledTail(nn.Module):
+    """An eager Linear, then a torch.compile'd function (hpu_backend, static shapes): what the detector can measure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.tail = torch.compile(lambda x: (x * 2).relu(), backend="hpu_backend", dynamic=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(self.fc(x))
+
+
+def test_detect_recompilation_reports_hpu_backend_recompilations_as_measured(fresh_compiler, tmp_path,
+                                                                             capsys) -> None:
+    from habana_frameworks.torch.utils.experimental import detect_recompilation_auto_model
+
+    net = detect_recompilation_auto_model(CompiledTail().to("hpu"), csv_out=str(tmp_path / "report"))
+    for batch in (2, 2, 3):
+        net(torch.randn(batch, 4).to("hpu"))
+    top = [ln for ln in net.raw_logs() if ln.startswith("[DETECT_RECOMPILE_AUTO][Net]")]
+    assert ["Recompilation!" in ln for ln in top] == [True, False, True]  # compiled at step 0, recompiled at step 2
+    capsys.readouterr()
+    assert net.analyse_dynamicity() == {"Net": 1}
+    printed = capsys.readouterr().out
+    assert "Emulated Gaudi: num_graphs and the tables below count only" in printed
+    assert "empty tables mean" not in printed  # a graph was compiled: the tables hold what was measured
+    assert "Recompiled due to new input shape" in printed
+    unseen = printed[printed.index("Not compiled on the emulated Gaudi"):]
+    assert [line.split(" | ")[1].strip() for line in unseen.splitlines()[2:]] == ["Net/fc"]  # Net was measured
+
+
+def test_metrics_say_what_the_emulated_gaudi_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from habana_frameworks.torch.hpu import metrics
+
+    monkeypatch.setenv("PT_HPU_ENABLE_CACHE_METRICS", "1")
+    compilation = metrics.metric_global("graph_compilation")
+    assert "counts only the graphs torch.compile(backend='hpu_backend') compiled" in repr(compilation)
+    assert "lazy mode compile nothing on the emulated card" in compilation.what_it_sees()
+    assert dict(compilation.stats()).keys() == {"TotalNumber", "TotalTime", "AvgTime"}  # Habana's tags, unchanged
+    assert "nothing falls back" in repr(metrics.metric_global("cpu_fallback"))
+    assert "a later call of an hpu_backend graph" in repr(metrics.metric_global("recipe_cache"))
 
 
 def test_data_dynamicity_and_const_shape_dataloader(capsys) -> None:

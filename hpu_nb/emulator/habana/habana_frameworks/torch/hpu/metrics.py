@@ -4,7 +4,8 @@
 with PT_HPU_ENABLE_CACHE_METRICS=1. graph_compilation / recipe_cache count the emulated `hpu_backend`'s work
 (hpu_nb.runtime.compile_backend: torch.compile compilations, recompilations and compiled-graph reuse): the emulated
 card runs everything else eagerly, so it compiles nothing else, falls back to the CPU for nothing and never
-defragments its memory.
+defragments its memory. Each metric says so in its repr (`what_it_sees()` gives the sentence): a zero here means
+"not seen on the emulated card", not "none on a Gaudi".
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ __emulated__ = True
 __all__ = ["metric_global", "metric_localcontext", "metrics_dump"]
 CACHE_METRICS_ENV = "PT_HPU_ENABLE_CACHE_METRICS"
 _TRUE = ("1", "y", "yes", "t", "true", "on")
+
+
+_SEES = {
+    "graph_compilation": "counts only the graphs torch.compile(backend='hpu_backend') compiled (recompilations"
+                         " included); ops run eagerly or in lazy mode compile nothing on the emulated card (on a"
+                         " Gaudi, lazy mode compiles their graphs)",
+    "recipe_cache": "a hit is a later call of an hpu_backend graph, a miss its compilation; nothing else is cached"
+                    " here",
+    "cpu_fallback": "always 0: the emulated card runs every op itself (on the CPU), so nothing falls back",
+    "memory_defragmentation": "always 0: the emulated card never defragments its memory",
+}
 
 
 class Metric:
@@ -65,8 +77,12 @@ class Metric:
     def stop(self) -> None:
         pass
 
+    def what_it_sees(self) -> str:
+        """What this metric counts on the emulated Gaudi, and what it cannot see (emulated Gaudi only)."""
+        return f"{self._name} on the emulated Gaudi {_SEES.get(self._name, 'is not measured: always 0')}."
+
     def __repr__(self) -> str:
-        return f"<Metric {self._name} (emulated Gaudi) {dict(self.stats())}>"
+        return f"<Metric {self._name} {dict(self.stats())} ({self.what_it_sees()})>"
 
 
 def _known() -> tuple[str, ...]:

@@ -7,7 +7,11 @@ of every submodule; each call logs, in Habana's line format, whether its input /
 `data_dynamicity(loader)` and `const_shape_dataloader(loader, maxlen)` look at the data instead.
 
 On the emulated Gaudi the only graphs compiled are torch.compile's (backend "hpu_backend"): a module run eagerly, or
-in lazy mode, never counts as recompiled, while its new input signatures are still reported. The emulated card runs
+in lazy mode, never counts as recompiled, while its new input signatures are still reported. `analyse_dynamicity()`
+says so before Habana's tables (so that empty tables do not read as "no recompilation"), and lists after them the new
+input signatures, past the first step, of modules that compiled nothing here: where a Gaudi would compile a new graph
+(in lazy mode, whose graphs this tool cuts at every module by its mark_steps; under torch.compile without dynamic
+shapes). Habana's tables, CSV files and returned counts hold only what was measured. The emulated card runs
 synchronously, so `waittime` (Habana sleeps to let its compile counters settle) is accepted and not slept.
 """
 
@@ -24,6 +28,8 @@ import torch
 from habana_frameworks.torch.hpu.graphs import input_hash
 from habana_frameworks.torch.hpu.metrics import metric_localcontext
 from torch.utils.data import DataLoader
+
+from hpu_nb.runtime import compile_backend
 
 __emulated__ = True
 TAG = "[DETECT_RECOMPILE_AUTO]"
@@ -106,11 +112,45 @@ def _analyse(detector: _Detector) -> dict[str, int]:
         counts[r["module"]] = counts.get(r["module"], 0) + 1
     per_step = [["Step", "Recompiling modules", "New in", "New out", "Class", "Location", "Comment"], *rows]
     per_module = [["Module name", "Recompile count"], *sorted(counts.items(), key=lambda kv: -kv[1])]
+    print(_emulation_note(detector))
     for table, suffix in ((per_step, "_1.csv"), (per_module, "_2.csv")):
         print(_as_text(table))
         with open(detector.csv_out + suffix, "w", newline="") as f:
             csv.writer(f).writerows(table)
+    unseen = _would_recompile_on_a_gaudi(detector)
+    if unseen:
+        print(unseen)
     return counts
+
+
+def _emulation_note(detector: _Detector) -> str:
+    """What the emulated Gaudi can and cannot see, said before Habana's tables."""
+    note = (f"{TAG} Emulated Gaudi: num_graphs and the tables below count only the graphs that "
+            "torch.compile(backend=\"hpu_backend\") compiled (dynamo's recompilations included). Modules run eagerly"
+            " or in lazy mode compile no graph on the emulated card, so they never show as recompiling here.")
+    if not any(r["num_graphs"] for r in detector.records):
+        note += (" No module compiled a graph in this run: empty tables mean 'not seen on the emulated Gaudi',"
+                 " not 'no recompilation on a Gaudi'.")
+    return note
+
+
+def _would_recompile_on_a_gaudi(detector: _Detector) -> str:
+    """The new input signatures after the first step of modules that compiled nothing here, as a table ("" if none)."""
+    rows = [[r["step"], r["module"], detector.defined_in[r["module"]][0]] for r in detector.records
+            if r["step"] > 0 and r["new_in"] and not r["num_graphs"]]
+    if not rows:
+        return ""
+    if htcore.is_lazy():
+        where = ("In lazy mode a Gaudi compiles a new graph for each of these (this tool's mark_steps make every"
+                 " module a graph)")
+    else:
+        where = ("A Gaudi compiles a new graph for each of these where the module runs compiled (torch.compile"
+                 " without dynamic shapes, or lazy mode); run eagerly, as here, it compiles none")
+    if compile_backend.dynamic_shapes_enabled():
+        where += "; with dynamic shapes on, a dynamic recipe may serve some of them without recompiling"
+    header = [["Step", "Module with a new input signature", "Class"]]
+    return f"{TAG} Not compiled on the emulated Gaudi, new input signatures after the first step. {where}:\n" + \
+        _as_text(header + rows)
 
 
 def _as_text(table: list[list[Any]]) -> str:
