@@ -431,6 +431,24 @@ void release_storage_ref(void* ctx) {
 
 // A CPU storage over the bytes of an hpu storage: no copy. Resizable through the device allocator, so a CPU
 // kernel that resizes its `out=` tensor gets device memory (handed back to the hpu tensor afterwards).
+//
+// While torch.compile traces, hpu tensors are stood for by tensors with shapes and no memory: FakeTensors (meta
+// storage) and, under AOTAutograd, FunctionalTensorWrappers around them. Those run meta kernels, but a few ops still
+// reach the device's kernel during tracing: SDPA's _fused_sdp_choice_meta redispatches _fused_sdp_choice to the
+// tensor's backend to learn which attention kernel eager mode would run. The CPU kernels of such ops read only sizes,
+// strides and dtypes, so they get a CPU tensor of the same shape over a storage with no memory (shape_only_alias):
+// reading its data fails as it does on the traced tensor itself.
+bool is_shape_only(const at::Tensor& t) {
+  return !t.has_storage() || t.storage().unsafeGetStorageImpl()->device_type() == c10::kMeta ||
+         t.key_set().has(c10::DispatchKey::Functionalize);
+}
+
+c10::Storage shape_only_storage() {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr,
+      /*resizable=*/false));
+}
+
 c10::Storage cpu_alias_storage(const c10::Storage& hpu) {
   c10::StorageImpl* impl = hpu.unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(impl);
@@ -441,7 +459,11 @@ c10::Storage cpu_alias_storage(const c10::Storage& hpu) {
 
 at::Tensor tensor_on(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys, like.dtype());
-  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {  // a FakeTensor of a dynamic-shape trace
+    impl->set_sizes_and_strides(like.sym_sizes(), like.sym_strides(), like.sym_storage_offset());
+  } else {
+    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  }
   if (like.is_conj()) impl->_set_conj(true);
   if (like.is_neg()) impl->_set_neg(true);
   return at::Tensor(std::move(impl));
@@ -495,6 +517,7 @@ struct CallState {
   c10::SmallVector<c10::StorageImpl*, 4> host_storages;  // storages of CPU tensors passed in (stay on the CPU)
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> adopted;
   bool any_hpu = false;
+  bool shape_only = false;                  // an hpu argument is a FakeTensor of a torch.compile trace
   const at::Tensor* host_tensor = nullptr;  // a CPU tensor with dims, for the device-mismatch error
 
   at::Tensor to_cpu(const at::Tensor& t) {
@@ -504,7 +527,18 @@ struct CallState {
       for (auto& a : aliased) {
         if (a.hpu.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return a.cpu;
       }
-      at::Tensor alias = cpu_alias(t);
+      at::Tensor alias;
+      if (!is_shape_only(t)) {
+        try {
+          alias = cpu_alias(t);
+        } catch (const c10::Error&) {  // a storage that refuses access to its data: a traced tensor all the same
+        }
+      }
+      if (!alias.defined()) {
+        shape_only = true;
+        check_strided(t);
+        return tensor_on(shape_only_storage(), kCPUKeys, t);
+      }
       aliased.push_back({t, alias, alias.storage().unsafeGetStorageImpl(), alias.storage().data()});
       return alias;
     }
@@ -613,8 +647,16 @@ void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
         schema.operator_name(), ")");
   }
   op.redispatchBoxed(kCPUKeys, stack);
-  state.sync_aliases();
   const auto num_returns = schema.returns().size();
+  if (state.shape_only) {  // traced by torch.compile: only answers about shapes (see is_shape_only) come back
+    for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+      TORCH_CHECK(!(*stack)[i].isTensor() && !(*stack)[i].isTensorList(), "torch.compile traced ",
+                  schema.operator_name(), " on hpu tensors without a meta kernel: the emulated hpu device cannot",
+                  " run it on FakeTensors. Run that part eagerly (torch.compiler.disable) and report it to hpu_nb.");
+    }
+    return;
+  }
+  state.sync_aliases();
   for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
     (*stack)[i] = map_ivalue((*stack)[i], state, /*to_cpu=*/false);
   }
