@@ -285,14 +285,31 @@ def test_core_quantizer_has_habanas_names_and_annotates_where_pt2e_exists() -> N
     config = quantizer.habana_quant_config_symmetric(torch.float8_e4m3fn)
     assert config.input_activation.quant_max == 240 and config.weight.ch_axis == 0
     assert config.input_activation.observer_or_fake_quant_ctr.p.func is AbsMaxObserver
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to("hpu").eval()
-    x = torch.randn(3, 4).to("hpu")
-    graph = torch.export.export(model, (x,)).module()
+    model = ConvNet().to("hpu").eval()
+    x = torch.randn(2, 1, 6, 6).to("hpu")
+    graph = torch.export.export(model, (x,)).module()  # torch's default capture (non-strict)
     quantizer.habana_quantizer().set_global(config).annotate(graph)
-    linears = [n for n in graph.graph.nodes if n.target == torch.ops.aten.linear.default]
-    assert len(linears) == 2
-    assert all(n.meta["quantization_annotation"]._annotated for n in linears)
-    assert all(len(n.meta["quantization_annotation"].input_qspec_map) == 3 for n in linears)  # input, weight, bias
+    annotated = {n.target.__name__.split(".")[0]: len(n.meta["quantization_annotation"].input_qspec_map)
+                 for n in graph.graph.nodes if "quantization_annotation" in n.meta}
+    assert annotated == {"conv2d": 3, "max_pool2d": 1, "linear": 3, "matmul": 2}  # operands with specs
+    ao = importlib.import_module(pt2e_api()[0].rsplit(".", 1)[0] + ".quantize_pt2e")
+    prepared = ao.prepare_pt2e(graph, quantizer.habana_quantizer().set_global(config))
+    prepared(x)
+    assert any(isinstance(m, AbsMaxObserver) for m in prepared.modules())
+    converted = ao.convert_pt2e(prepared)
+    torch.testing.assert_close(converted(x), model(x), atol=0.2, rtol=0.2)  # fp8 (e4m3) quantization error
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(self.pool(self.conv(x)).flatten(1))
+        return torch.matmul(h, h.t())
 
 
 # ---------------------------------------------------------------------------------------------- utils.experimental

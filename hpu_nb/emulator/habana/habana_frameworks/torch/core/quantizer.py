@@ -1,7 +1,7 @@
 """habana_frameworks.torch.core.quantizer, emulated: Habana's quantizer for PT2E quantization.
 
 `habana_quantizer()` (a PT2E `Quantizer`: `.set_global(config)`, `.annotate(graph_module)`) annotates the linear,
-matmul, conv2d and max_pool2d partitions of an exported graph for per-tensor symmetric quantization, and
+matmul, conv2d and max_pool2d operators of an exported graph for per-tensor symmetric quantization, and
 `habana_quant_config_symmetric(dtype)` gives its configuration: activations and weights observed by
 `core.observer.AbsMaxObserver` (eps 2**-12, backoff margin 2 for activations and 1 for weights), ranges from
 `QUANTIZER_MIN_MAX` (int8 -128..127; fp8 -240..240, Gaudi's float8 range), bias left in float. Names, arguments and
@@ -16,9 +16,7 @@ raise an ImportError that names what to install.
 
 from __future__ import annotations
 
-import functools
 import importlib
-import itertools
 import logging
 from typing import Any
 
@@ -70,30 +68,28 @@ def _build() -> dict[str, Any]:
     QuantizationConfig = configs.QuantizationConfig
     get_input_act_qspec, get_output_act_qspec = utils.get_input_act_qspec, utils.get_output_act_qspec
     get_weight_qspec, get_bias_qspec = utils.get_weight_qspec, utils.get_bias_qspec
-    from torch.fx.passes.utils.source_matcher_utils import get_source_partitions  # noqa: PLC0415
+    aten = torch.ops.aten
+    linear_ops = (aten.linear.default,)
+    conv_ops = (aten.conv2d.default, aten.convolution.default)  # torch.export's IR / older captures
+    matmul_ops = (aten.matmul.default,)
+    pool_ops = (aten.max_pool2d.default, aten.max_pool2d_with_indices.default)
 
-    def mark_annotated(nodes: list[Any]) -> None:
-        for node in nodes:
-            if node is not None:
-                node.meta.setdefault("quantization_annotation", QuantizationAnnotation())
-                node.meta["quantization_annotation"]._annotated = True
+    def nodes(gm: torch.fx.GraphModule, targets: tuple[Any, ...]) -> list[torch.fx.Node]:
+        return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets]
 
-    def is_annotated(nodes: list[Any]) -> bool:
-        return any("quantization_annotation" in node.meta and node.meta["quantization_annotation"]._annotated
-                   for node in nodes)
+    def mark_annotated(node: torch.fx.Node) -> None:
+        node.meta.setdefault("quantization_annotation", QuantizationAnnotation())
+        node.meta["quantization_annotation"]._annotated = True
 
-    def update_input(partition: Any, input_node: Any, qspec: Any) -> None:
-        user = next((n for n in partition.nodes if n in input_node.users), None)
-        if user is None:
-            raise ValueError("Could not find a user within source partition.")
-        annotate_input(user, input_node, qspec)
-
-    def update_output(output_node: Any, qspec: Any) -> None:
-        if not is_annotated([output_node]):
-            annotate_output(output_node, qspec)
+    def is_annotated(node: torch.fx.Node) -> bool:
+        return "quantization_annotation" in node.meta and node.meta["quantization_annotation"]._annotated
 
     class habana_quantizer(quantizer_mod.Quantizer):
-        """Habana's PT2E quantizer: set a global QuantizationConfig, then annotate an exported graph."""
+        """Habana's PT2E quantizer: set a global QuantizationConfig, then annotate an exported graph.
+
+        Habana finds the operators by source partitions, which only strict captures record (torch.export's default,
+        non-strict, does not: nothing would be annotated); here they are found by their aten operators, one node
+        each, with the same specs on the same operands."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -116,67 +112,52 @@ def _build() -> dict[str, Any]:
             return model  # softmax: Habana has the annotator but leaves it off
 
         def _annotate_conv2d(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            found = get_source_partitions(gm.graph, [torch.nn.Conv2d, torch.nn.functional.conv2d])
-            for partition in itertools.chain(*found.values()):
-                if len(partition.output_nodes) > 1:
-                    raise ValueError("conv partition has more than one output node")
-                conv = partition.output_nodes[0]
-                if conv.op != "call_function" or conv.target != torch.ops.aten.convolution.default:
-                    raise ValueError(f"{conv} is not an aten conv2d operator")
-                if is_annotated([conv]):
+            for conv in nodes(gm, conv_ops):
+                if is_annotated(conv):
                     continue
                 qspecs = {conv.args[0]: get_input_act_qspec(config), conv.args[1]: get_weight_qspec(config)}
-                if isinstance(conv.args[2], torch.fx.Node):
+                if len(conv.args) > 2 and isinstance(conv.args[2], torch.fx.Node):
                     qspecs[conv.args[2]] = get_bias_qspec(config)
                 conv.meta["quantization_annotation"] = QuantizationAnnotation(
                     input_qspec_map=qspecs, output_qspec=get_output_act_qspec(config), _annotated=True)
 
         def _annotate_linear(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            found = get_source_partitions(gm.graph, [torch.nn.Linear, torch.nn.functional.linear])
-            for partition in itertools.chain(*found.values()):
-                act, weight, bias = partition.input_nodes[0], None, None
-                linear = next((n for n in partition.nodes if n.target == torch.ops.aten.linear.default), None)
-                if linear is not None:  # the operands by position: exported graphs of current torch keep the
-                    act, weight = linear.args[:2]  # parameters' get_attr nodes out of the partition
-                    bias = linear.args[2] if len(linear.args) > 2 else None
-                else:  # Habana's way (graphs of torch's older pre-autograd capture): by the parameters' ranks
-                    for node in partition.params:
-                        value = functools.reduce(getattr, str(node.target).split("."), gm)
-                        if value.ndim == 2:
-                            weight = node
-                        if value.ndim == 1:
-                            bias = node
-                if weight is None:
-                    logger.warning("No weight found in Linear pattern")
+            for linear in nodes(gm, linear_ops):
+                if is_annotated(linear):
                     continue
-                update_input(partition, act, get_input_act_qspec(config))
-                update_input(partition, weight, get_weight_qspec(config))
-                if isinstance(bias, torch.fx.Node):
-                    update_input(partition, bias, get_bias_qspec(config))
-                update_output(partition.output_nodes[0], get_output_act_qspec(config))
-                mark_annotated(list(partition.nodes))
+                act, weight = linear.args[:2]
+                annotate_input(linear, act, get_input_act_qspec(config))
+                annotate_input(linear, weight, get_weight_qspec(config))
+                if len(linear.args) > 2 and isinstance(linear.args[2], torch.fx.Node):
+                    annotate_input(linear, linear.args[2], get_bias_qspec(config))
+                annotate_output(linear, get_output_act_qspec(config))
+                mark_annotated(linear)
 
         def _annotate_matmul(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            for partition in itertools.chain(*get_source_partitions(gm.graph, [torch.matmul]).values()):
-                assert len(partition.input_nodes) == 2 and len(partition.output_nodes) == 1
-                for node in partition.input_nodes:
-                    update_input(partition, node, get_input_act_qspec(config))
-                update_output(partition.output_nodes[0], get_output_act_qspec(config))
-                mark_annotated(list(partition.nodes))
+            for matmul in nodes(gm, matmul_ops):
+                if is_annotated(matmul):
+                    continue
+                for operand in matmul.args[:2]:
+                    annotate_input(matmul, operand, get_input_act_qspec(config))
+                annotate_output(matmul, get_output_act_qspec(config))
+                mark_annotated(matmul)
 
         def _annotate_maxpool2d(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            found = get_source_partitions(gm.graph, [torch.nn.MaxPool2d, torch.nn.functional.max_pool2d])
-            for partition in itertools.chain(*found.values()):
-                output = partition.output_nodes[0]
-                pool = next((n for n in partition.nodes if n.target == torch.ops.aten.max_pool2d_with_indices.default),
-                            None)
-                if pool is None or is_annotated([output, pool]):
+            for pool in nodes(gm, pool_ops):
+                if is_annotated(pool):
                     continue
                 source = pool.args[0]
+                if pool.target == aten.max_pool2d.default:  # one node: its output shares its input's parameters
+                    pool.meta["quantization_annotation"] = QuantizationAnnotation(
+                        input_qspec_map={source: get_input_act_qspec(config)},
+                        output_qspec=SharedQuantizationSpec((source, pool)), _annotated=True)
+                    continue
+                output = next((u for u in pool.users if u.args[1:] == (0,)), None)  # the values' getitem
                 pool.meta["quantization_annotation"] = QuantizationAnnotation(
                     input_qspec_map={source: get_input_act_qspec(config)}, _annotated=True)
-                output.meta["quantization_annotation"] = QuantizationAnnotation(
-                    output_qspec=SharedQuantizationSpec((source, pool)), _annotated=True)
+                if output is not None and not is_annotated(output):
+                    output.meta["quantization_annotation"] = QuantizationAnnotation(
+                        output_qspec=SharedQuantizationSpec((source, pool)), _annotated=True)
 
         def validate(self, model: torch.fx.GraphModule) -> None:
             """Every annotated graph is accepted (as Habana's)."""
