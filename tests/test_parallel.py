@@ -305,3 +305,14 @@ def test_a_crashing_rank_fails_the_run_fast_with_its_error(tmp_path):
     assert result.returncode != 0
     assert "rank 1 exploded on purpose at step 2" in result.stderr
     assert not (tmp_path / "crash" / "rank0.json").exists()
+
+
+def test_a_local_rank_beyond_the_strategy_s_devices_is_named_not_an_index_error(monkeypatch):
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu")], cluster_environment=LightningEnvironment())
+    with pytest.raises(RuntimeError, match=r"has 1 device\(s\) per node \(hpu\), and local rank 1 asked for its own"):
+        _ = strategy.root_device
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert strategy.root_device.type == "hpu"

@@ -415,6 +415,13 @@ class HPUParallelMixin(ParallelStrategyHost):
     def root_device(self) -> torch.device:
         """This process's card: hpu:0 (an `hpu` device without an index is completed, as torch's FSDP needs one)."""
         assert self.parallel_devices is not None, "the strategy has no devices yet (it gets them from the Trainer)"
+        if not 0 <= self.local_rank < len(self.parallel_devices):  # e.g. Ray's environment with fewer `devices`
+            raise RuntimeError(
+                f"{type(self).__name__} has {len(self.parallel_devices)} device(s) per node"
+                f" ({', '.join(str(d) for d in self.parallel_devices)}), and local rank {self.local_rank} asked for"
+                " its own: give it one device per process on the node (Trainer(devices=N) with N the processes"
+                " per node; under Ray's RayLightningEnvironment, N the workers per node)."
+            )
         device = self.parallel_devices[self.local_rank]
         return get_backend().root_device() if device.type == "hpu" else device
 
