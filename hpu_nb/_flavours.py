@@ -117,3 +117,54 @@ def core_module(flavour: str, name: str) -> Any:
     install()
     prefix = TRANSLATED if flavour == "lightning" else f"{STANDALONE}.core"
     return importlib.import_module(f"{prefix}.{name}" if name else prefix)
+
+
+# -- a piece of one flavour given to the other package's Trainer / Fabric ----------------------------------------------
+# (flavour, "Trainer" | "Fabric") -> (the package a user builds it from, hpu_nb's module of its pieces)
+_PACKAGES = {
+    ("lightning", "Trainer"): ("lightning.pytorch", "hpu_nb"),
+    ("lightning", "Fabric"): ("lightning.fabric", "hpu_nb.fabric"),
+    ("standalone", "Trainer"): ("pytorch_lightning", "hpu_nb.pytorch_lightning"),
+    ("standalone", "Fabric"): ("lightning_fabric", "hpu_nb.lightning_fabric"),
+}
+
+
+class LightningFlavourError(TypeError):
+    """An hpu_nb piece built for `lightning` was given to `pytorch_lightning` / `lightning_fabric`, or the reverse."""
+
+
+def flavour_of_module(module_name: str) -> str | None:
+    """"lightning" for hpu_nb.core's modules, "standalone" for their translation, None for any other module."""
+    if module_name == f"{STANDALONE}.core" or module_name.startswith(f"{STANDALONE}.core."):
+        return "standalone"
+    if module_name == TRANSLATED or module_name.startswith(f"{TRANSLATED}."):
+        return "lightning"
+    return None
+
+
+def other_flavour_message(piece: Any, flavour: str, owner: str) -> str | None:
+    """What to say when `piece` (a strategy, accelerator or plugin given to the `flavour` package's `owner`, "Trainer"
+    or "Fabric") is an hpu_nb piece of the other flavour: Lightning would only say "invalid type" or "invalid name".
+    None for anything else."""
+    if isinstance(piece, (str, int, type(None))):
+        return None
+    hpu_class = next((cls for cls in type(piece).__mro__ if flavour_of_module(cls.__module__) is not None), None)
+    if hpu_class is None:
+        return None
+    theirs = flavour_of_module(hpu_class.__module__)
+    if theirs == flavour:
+        return None
+    ours_package, ours_module = _PACKAGES[(flavour, owner)]
+    theirs_package = _PACKAGES[(str(theirs), owner)][0]
+    name = hpu_class.__name__
+    subclass = type(piece) is not hpu_class
+    what = f"hpu_nb's {name} for `{theirs_package}`"
+    what = f"{type(piece).__name__} (derived from {what})" if subclass else what
+    message = (f"{what} was given to a `{ours_package}` {owner}: the two packages have separate classes, so that"
+               f" {owner} cannot use it.")
+    if name in getattr(importlib.import_module(ours_module), "__all__", ()):
+        message += (f" With `{ours_package}`, {'derive from' if subclass else 'use'} `from {ours_module} import"
+                    f" {name}`; or build the {owner} from `{theirs_package}`.")
+    else:
+        message += f" hpu_nb's pieces for a `{ours_package}` {owner} are in `{ours_module}`."
+    return message

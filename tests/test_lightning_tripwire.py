@@ -23,7 +23,8 @@ FINGERPRINTS = [
      "d610bdfbe380b204", "registration.install_connector_hook: the hooked methods are called from here"),
     ("lightning.pytorch.trainer.connectors.accelerator_connector",
      "_AcceleratorConnector._check_config_and_set_final_flags", "9d2fb6cc22739133",
-     "registration: wrapped for precision='fp8' (keyword arguments; sets _precision_flag / _precision_plugin_flag)"),
+     "registration: wrapped for precision='fp8' (keyword arguments; sets _precision_flag / _precision_plugin_flag)"
+     " and for refuse_other_flavour (reads its strategy / accelerator / plugins arguments)"),
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector._choose_strategy",
      "81e89d03604243ef", "registration: wrapped for HPU (Lightning raises 'HPU is currently not supported')"),
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector._check_and_init_precision",
@@ -33,7 +34,8 @@ FINGERPRINTS = [
     ("lightning.fabric.connector", "_Connector.__init__", "d812e0f2fdd05ae1",
      "registration.install_fabric_connector_hook: the hooked methods are called from here"),
     ("lightning.fabric.connector", "_Connector._check_config_and_set_final_flags", "a6f4cddfc43e9512",
-     "registration: wrapped for precision='fp8' (keyword arguments; sets _precision_input / _precision_instance)"),
+     "registration: wrapped for precision='fp8' (keyword arguments; sets _precision_input / _precision_instance)"
+     " and for refuse_other_flavour (reads its strategy / accelerator / plugins arguments)"),
     ("lightning.fabric.connector", "_Connector._choose_strategy", "a4f082ff16cf61b2",
      "registration: wrapped for HPU (Lightning picks a CPU SingleDeviceStrategy)"),
     ("lightning.fabric.connector", "_Connector._check_and_init_precision", "d0c28a357381f900",

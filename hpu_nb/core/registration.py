@@ -16,19 +16,24 @@ import functools
 import importlib
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
+from lightning.fabric.accelerators import Accelerator
 from lightning.fabric.connector import _Connector as FabricConnector
+from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.precision import Precision
 from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
 from lightning.fabric.strategies import Strategy as FabricStrategy
 from lightning.pytorch import __version__ as lightning_pytorch_version  # `lightning` itself may be mid-import
 from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.plugins import LayerSync
+from lightning.pytorch.plugins import Precision as TrainerPrecision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as TrainerConnector
 
+from hpu_nb import _flavours
 from hpu_nb.core import selection
 from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric.precision import HPUPrecision
@@ -55,6 +60,10 @@ FABRIC_STRATEGY_MODULES = ("hpu_nb.core.fabric.strategies",)
 _HOOKED_METHODS = ("_check_config_and_set_final_flags", "_choose_strategy", "_check_and_init_precision",
                    "_choose_auto_accelerator")
 _registered = False
+FLAVOUR = str(_flavours.flavour_of_module(__name__))  # "lightning", or "standalone" in this module's translation
+# What the connectors take as strategy / accelerator / plugins (anything else is their "invalid" error)
+_ACCEPTED = (Strategy, FabricStrategy, Accelerator, Precision, TrainerPrecision, CheckpointIO, ClusterEnvironment,
+             LayerSync)
 
 
 def lightning_version() -> tuple[int, ...]:
@@ -159,6 +168,7 @@ def _hook_connector(
     @functools.wraps(original_flags)
     def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = flags_signature.bind(self, *args, **kwargs)
+        refuse_other_flavour(owner, call.arguments)
         precision, accelerator = call.arguments.get("precision"), call.arguments.get("accelerator")
         if getattr(call.arguments.get("strategy"), "parallel_devices_defaulted", False):
             # devices the strategy only defaulted (known before set-up, as lightning-habana's): Lightning would take
@@ -213,6 +223,20 @@ def _hook_connector(
         "_choose_auto_accelerator": original_auto,
     }
     return True
+
+
+def refuse_other_flavour(owner: str, arguments: dict[str, Any]) -> None:
+    """An hpu_nb piece built for the other Lightning package (`lightning` vs `pytorch_lightning` / `lightning_fabric`)
+    as strategy, accelerator or plugin is a LightningFlavourError naming the import to use, where Lightning would say
+    only "invalid type" / "invalid name"."""
+    plugins = arguments.get("plugins")
+    plugins = list(plugins) if isinstance(plugins, Iterable) and not isinstance(plugins, str) else [plugins]
+    for piece in (arguments.get("strategy"), arguments.get("accelerator"), *plugins):
+        if isinstance(piece, _ACCEPTED):
+            continue
+        message = _flavours.other_flavour_message(piece, FLAVOUR, owner)
+        if message is not None:
+            raise _flavours.LightningFlavourError(message)
 
 
 def _real_gaudi_present() -> bool:
