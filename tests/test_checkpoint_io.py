@@ -241,3 +241,78 @@ def test_a_cut_short_legacy_checkpoint_names_the_file(tmp_path, keep):
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(InvalidCheckpointError, match=r"old\.ckpt.*legacy \(pre-zip\) format, cut short"):
         HPUCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=True)
+
+
+# -- checkpoints from a URL (issue 28, item 1) ------------------------------------------------------------------------
+class _Evil:
+    """A pickle that creates a marker file when unpickled: what an attacker's checkpoint would do with os.system."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """A local HTTP server on 127.0.0.1 serving tmp_path/"www"; torch.hub's download cache kept inside tmp_path."""
+    import functools
+    import http.server
+    import threading
+
+    www = tmp_path / "www"
+    www.mkdir()
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(www)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield www, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _evil_checkpoint(www, tmp_path, name="evil.ckpt"):
+    marker = tmp_path / "pwned"
+    model = LinearModel(4)
+    torch.save({"state_dict": model.state_dict(), "payload": _Evil(str(marker))}, www / name)
+    return marker
+
+
+def test_a_checkpoint_url_loads_with_weights_only_and_never_runs_its_pickle(served, tmp_path):
+    """Lightning's `_load` defaults to weights_only=False for URLs: the pickle's code ran. Now a URL is refused exactly
+    as the same file on disk is (torch's weights_only error), and nothing in it runs."""
+    www, base = served
+    marker = _evil_checkpoint(www, tmp_path)
+    with pytest.raises(Exception, match="weights_only") as remote:
+        HPUCheckpointIO().load_checkpoint(f"{base}/evil.ckpt")
+    assert not marker.exists()
+    with pytest.raises(Exception, match="weights_only") as local:
+        HPUCheckpointIO().load_checkpoint(www / "evil.ckpt")
+    assert not marker.exists()
+    assert type(remote.value) is type(local.value)
+    assert "Unsupported global" in str(remote.value) and "open" in str(remote.value)
+
+
+def test_a_plain_checkpoint_url_still_loads(served):
+    www, base = served
+    torch.save({"w": torch.arange(4.0), "step": 3}, www / "good.ckpt")
+    loaded = HPUCheckpointIO().load_checkpoint(f"{base}/good.ckpt", map_location="cpu")
+    assert torch.equal(loaded["w"], torch.arange(4.0)) and loaded["step"] == 3
+
+
+def test_trainer_fit_from_a_checkpoint_url_never_runs_its_pickle(served, tmp_path):
+    www, base = served
+    marker = _evil_checkpoint(www, tmp_path)
+    trainer = L.Trainer(**quiet_trainer_kwargs(accelerator="hpu", max_steps=1, default_root_dir=tmp_path))
+    with pytest.raises(Exception, match="weights_only"):
+        trainer.fit(LinearModel(4), regression_data(n=8, features=4, batch_size=4), ckpt_path=f"{base}/evil.ckpt")
+    assert not marker.exists()

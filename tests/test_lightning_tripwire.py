@@ -108,6 +108,9 @@ FINGERPRINTS = [
      "CUDA's, and a scaler given to it is dropped)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.__init__", "f5581bdb7f55f719",
      "strategies/fsdp.HPUFSDPPrecisionMixin._init_fsdp_precision (Fabric's HPUFSDPPrecision): as above"),
+    ("lightning.fabric.utilities.cloud_io", "_load", "2a7aa617333664ad",
+     "checkpoint_io.HPUCheckpointIO.load_checkpoint: passes weights_only=True for what this treats as a URL "
+     "(`str(path).startswith('http')`, defaulted to weights_only=False here); _is_url must match its test"),
 ]
 
 
@@ -379,3 +382,16 @@ def test_every_override_says_so_and_nothing_else_does():
     assert not missing, f"overrides without @override: {missing}"
     assert not stray, f"@override on methods that override nothing: {stray}"
     assert sys.modules["hpu_nb.core.fabric.strategies"]  # the Fabric classes were checked too
+
+
+def test_lightning_still_defaults_url_checkpoints_to_weights_only_false_as_hpu_checkpoint_io_counters():
+    """HPUCheckpointIO passes weights_only=True for URLs because Lightning's `_load` turns None into False for them
+    (issue 28 item 1). If Lightning's test for a URL changes, hpu_nb's `_is_url` must change with it."""
+    from lightning.fabric.utilities import cloud_io
+
+    from hpu_nb.core.checkpoint_io import _is_url
+
+    source = inspect.getsource(cloud_io._load)
+    assert 'if str(path_or_url).startswith("http"):' in source, (
+        "Lightning changed how `_load` recognises a URL: update hpu_nb.core.checkpoint_io._is_url to match")
+    assert _is_url("https://example.com/a.ckpt") and _is_url("http://h/a.ckpt") and not _is_url("/tmp/a.ckpt")

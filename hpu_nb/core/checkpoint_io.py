@@ -60,6 +60,11 @@ class HPUCheckpointIO(TorchCheckpointIO):
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if map_location is None:
             map_location = get_backend().root_device()
+        if weights_only is None and _is_url(path):
+            # Lightning's `_load` turns weights_only=None into False for http(s) URLs (it would unpickle anything the
+            # server sends, running its code); torch's own default for files is True. A URL gets the files' rule: the
+            # same weights_only refusal for a pickle that needs more. weights_only=False stays the caller's choice.
+            weights_only = True
         try:
             checkpoint: dict[str, Any] = pl_load(path, map_location=map_location, weights_only=weights_only)
             return checkpoint
@@ -110,6 +115,12 @@ def _unreadable_reason(fs: Any, path: _PATH, err: BaseException) -> str | None:
         f"the file ({size:,} bytes, first bytes {head!r}) is not a PyTorch checkpoint: torch.save writes a zip"
         " archive. Check the path; if it is a checkpoint, it was overwritten or damaged."
     )
+
+
+def _is_url(path: _PATH) -> bool:
+    """What Lightning's `_load` sends to torch.hub with weights_only=False by default (its own test, kept in step by
+    tests/test_lightning_tripwire.py)."""
+    return isinstance(path, (str, os.PathLike)) and str(path).startswith("http")
 
 
 def _is_local(fs: Any) -> bool:
