@@ -173,7 +173,20 @@ class WorkerLivenessMixin(ForkCheckMixin):
         keep_worker_output_in_order()
         rank_processes.die_with_parent(self._parent_pid)
         rank_processes.exit_on_sigterm()
+        if self._start_method in ("fork", "forkserver"):
+            one_cpu_thread_after_fork()
         return _explaining(self._strategy, function)
+
+
+def one_cpu_thread_after_fork() -> None:
+    """A forked worker computes on one CPU thread, as torch's DataLoader workers do. torch's OpenMP (GNU libgomp) keeps
+    the thread pool the launching process started: a forked child inherits the pool's bookkeeping but not its threads,
+    and its first parallel region waits for them forever (measured: a 1-card DeepSpeed ZeRO-3 fit forked from a
+    notebook kernel that had multiplied a 2048x64 matrix hung in the first bfloat16 cast). Lightning then keeps the
+    count (it sets threads only where OMP_NUM_THREADS is unset). For all of a machine's cores, run the script launcher
+    (start_method="popen", or a script)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
