@@ -106,9 +106,14 @@ test-fast: setup
 # from this machine's disk where it lies there) and PyPI's newest torch, each in its own environment cached in
 # ~/.cache/hpu_nb/torch-builds, with hpu_nb installed non-editable from this checkout; the fast suite and
 # tests/test_torch_builds.py run in each (.ci/torch_builds.py). `make test-torch-builds TORCH_BUILDS="2.9.1"` for others.
+# Python 3.12 (Intel's Ubuntu 24.04 images): PyPI's newest torch again under it, where a python3.12 is on the PATH.
 TORCH_BUILDS ?= 2.14.1 latest
+PYTHON312 ?= $(shell command -v python3.12 2>/dev/null)
 test-torch-builds: setup
 	$(PY) .ci/torch_builds.py $(TORCH_BUILDS) -- $(XDIST)
+	@if [ -n "$(PYTHON312)" ] && "$(PYTHON312)" -c "import venv" 2>/dev/null; then \
+		$(PYTHON312) .ci/torch_builds.py latest -- $(XDIST); \
+	else echo "test-torch-builds: no python3.12 here: Python 3.12 not checked"; fi
 
 # Refresh docs/screenshots/ from the real-browser tests.
 screenshots: setup browser

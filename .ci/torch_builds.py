@@ -89,7 +89,7 @@ def environment_for(spec: str) -> Path:
 
 def checkout_wheel(directory: Path) -> Path:
     """One wheel of this checkout, installed into every environment (non-editable, as users install it)."""
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(directory),
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(directory),
          str(ROOT)], env=uncapped_pip_env())
     (wheel,) = directory.glob("hpu_nb-*.whl")
     return wheel
