@@ -79,3 +79,21 @@ def test_hpu_trace_delegates_to_the_viewer(ip: InteractiveShell, monkeypatch: py
     ip.run_line_magic("load_ext", "hpu_nb")
     assert ip.run_line_magic("hpu_trace", "run/trace.json --top 5") == "viewer"
     assert calls == ["run/trace.json --top 5"]
+
+
+def test_loading_says_once_what_it_gave_and_puts_hpu_nb_in_the_namespace(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture
+) -> None:
+    ip.user_ns.pop("hpu_nb", None)
+    ip._hpu_nb_said_loaded = False  # a fresh kernel (the test shell is shared)
+    ip.run_line_magic("load_ext", "hpu_nb")
+    ip.run_line_magic("reload_ext", "hpu_nb")  # loaded again: said once per kernel, not per load
+    import hpu_nb
+
+    out = capsys.readouterr().out
+    assert out.count("hpu_nb loaded: %hpu_info") == 1 and "hpu_nb.TrainerConfigWidget()" in out
+    assert ip.user_ns["hpu_nb"] is hpu_nb
+    ip.user_ns["hpu_nb"] = "the user's own"  # a name the user bound is left alone
+    ip.run_line_magic("unload_ext", "hpu_nb")
+    ip.run_line_magic("load_ext", "hpu_nb")
+    assert ip.user_ns["hpu_nb"] == "the user's own"

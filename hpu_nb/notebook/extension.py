@@ -12,6 +12,7 @@ formatter. In plain IPython the magics print text.
 from __future__ import annotations
 
 import html
+import importlib
 from typing import Any
 
 from hpu_nb import _open_trace_viewer as open_trace_viewer  # the one opener; `import hpu_nb` registers it too
@@ -48,8 +49,16 @@ def _backend_html(backend: Any) -> str:
     )
 
 
+# What %load_ext gave, said once per kernel (a newcomer otherwise finds the widget and the monitor only in the README).
+LOADED = (
+    "hpu_nb loaded: %hpu_info (the device), %hpu_trace PATH (a profiler trace), hpu_nb.TrainerConfigWidget() (builds a"
+    " Trainer and writes its code), hpu_nb.MemoryMonitor() in Trainer(callbacks=[...]) (live memory, loss, throughput)."
+)
+
+
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics and the backend's HTML formatter, quiet HPU Trainers' device lines (idempotent)."""
+    """Register the magics and the backend's HTML formatter, quiet HPU Trainers' device lines (idempotent); the first
+    time in a kernel, say in one line what that gave and put `hpu_nb` in the namespace if it is not there."""
     trainer_output.install()
     if registered_trace_viewer() is None:  # the TraceViewer class itself once trace_viewer.py was imported
         register_trace_viewer(open_trace_viewer)
@@ -58,6 +67,10 @@ def load_ipython_extension(ipython: Any) -> None:
     html_formatter = ipython.display_formatter.formatters.get("text/html")
     if html_formatter is not None:
         html_formatter.for_type(DeviceBackend, _backend_html)
+    ipython.user_ns.setdefault("hpu_nb", importlib.import_module("hpu_nb"))
+    if not getattr(ipython, "_hpu_nb_said_loaded", False):
+        ipython._hpu_nb_said_loaded = True
+        print(LOADED)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
