@@ -1,0 +1,291 @@
+"""torch.cuda answered by the emulated Gaudi's torch.hpu, call by call as Habana's toolkit maps them.
+
+Behaviour modelled: the toolkit's `torch/cuda/__init__.py`, `memory.py`, `random.py`, `streams.py`, `nvtx.py` and
+`amp/grad_scaler.py` (which calls it maps, which it changes, which it turns into a warning and nothing). Written for
+the emulated Gaudi; Habana's code is not copied. Only `torch.cuda`'s module attributes are replaced: a name taken with
+`from torch.cuda import X` before the import keeps torch's function, as with Habana's toolkit.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.cuda.amp
+import torch.cuda.nvtx
+from habana_frameworks.torch.gpu_migration._devices import to_hpu
+from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG
+
+hpu: Any = torch.hpu  # the emulated Gaudi's module (habana_frameworks.torch.hpu), loaded by the package's import
+
+
+def _log(api_type: str, name: str, new_call: str, args: dict[str, Any] | None = None) -> None:
+    LOG.record(api_type, f"torch.cuda.{name}", args, new_call)
+
+
+# -- the device -------------------------------------------------------------------------------------------------------
+def init() -> None:
+    _log(HPU_MATCH, "init", "torch.hpu.init()")
+    hpu.init()
+
+
+def is_initialized() -> bool:
+    _log(HPU_MATCH, "is_initialized", "torch.hpu.is_initialized()")
+    return bool(hpu.is_initialized())
+
+
+def is_available() -> bool:
+    _log(HPU_MATCH, "is_available", "torch.hpu.is_available()")
+    return bool(hpu.is_available())
+
+
+def device_count() -> int:
+    # Habana's asks hl-smi's library (pyhlml) for the machine's cards; the emulated machine's are torch.hpu's.
+    _log(HPU_MODIFIED, "device_count", "habana_frameworks.torch.gpu_migration.torch.cuda.device_count()")
+    return int(hpu.device_count())
+
+
+def current_device() -> int:
+    """As Habana's: the index among HABANA_VISIBLE_MODULES of the card HLS_MODULE_ID names, else the local rank a
+    launcher set (LOCAL_RANK, or Open MPI's), else torch.hpu.current_device()."""
+    _log(HPU_MODIFIED, "current_device", "habana_frameworks.torch.gpu_migration.torch.cuda.current_device()")
+    visible, module_id = os.environ.get("HABANA_VISIBLE_MODULES"), os.environ.get("HLS_MODULE_ID")
+    if visible is not None and module_id is not None:
+        modules = visible.split(",")
+        if module_id not in modules:
+            raise ValueError(f"Cannot find module_id HLS_MODULE_ID={module_id} in HABANA_VISIBLE_MODULES={visible}")
+        return modules.index(module_id)
+    for variable in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        if variable in os.environ:
+            return int(os.environ[variable])
+    return int(hpu.current_device())
+
+
+def set_device(device: Any) -> None:
+    target = to_hpu(device)
+    _log(HPU_MATCH, "set_device", f"torch.hpu.set_device({target})", {"device": device})
+    hpu.set_device(target)
+
+
+def synchronize(device: Any = None) -> None:
+    hpu.synchronize()
+    _log(HPU_MATCH, "synchronize", "torch.hpu.synchronize()")
+
+
+def get_device_name(device: Any = None) -> str:
+    return str(hpu.get_device_name(None if device is None else to_hpu(device)))
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    # Habana's answers the newest CUDA capability it knows, so that code gating features on it takes the newest path.
+    _log(HPU_MODIFIED, "get_device_capability", "return (9, 0)", {"device": device})
+    return (9, 0)
+
+
+@dataclass
+class _CudaDeviceProperties:
+    """The fields of torch.cuda's device properties that Habana's toolkit fills in."""
+
+    name: str
+    major: int
+    minor: int
+    multi_processor_count: int
+    total_memory: int
+
+
+def get_device_properties(device: Any = None) -> _CudaDeviceProperties:
+    target = to_hpu(device)
+    _log(HPU_MODIFIED, "get_device_properties", f"torch.cuda.get_device_properties(device={target})",
+         {"device": device})
+    major, minor = get_device_capability()
+    return _CudaDeviceProperties(name=hpu.get_device_name(), major=major, minor=minor,
+                                 multi_processor_count=multiprocessing.cpu_count(),
+                                 total_memory=int(hpu.memory_stats()["Limit"]))
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    _log(HPU_MATCH, "is_bf16_supported", "torch.hpu.is_bf16_supported()")
+    return bool(hpu.is_bf16_supported())
+
+
+def get_arch_list() -> list[str]:
+    _log(HPU_MODIFIED, "get_arch_list", "habana_frameworks.torch.gpu_migration.torch.hpu.get_arch_list()")
+    archs = ["50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90"]
+    return [f"{kind}_{arch}" for kind in ("compute", "lto", "sm") for arch in archs]
+
+
+def cudart() -> None:
+    _log(HPU_MODIFIED, "cudart", "return None")
+
+
+def current_blas_handle() -> int:
+    _log(HPU_MODIFIED, "current_blas_handle", "return 0")
+    return 0
+
+
+def ipc_collect() -> None:
+    _log(HPU_MODIFIED, "ipc_collect", "Dummy")
+
+
+# -- memory: the emulated card's own counters, exact to the byte ------------------------------------------------------
+def _memory_call(name: str, hpu_name: str) -> Callable[..., Any]:
+    def call(device: Any = None) -> Any:
+        target = to_hpu(device)
+        _log(HPU_MATCH, name, f"torch.hpu.{hpu_name}(device={target})", {"device": device})
+        return getattr(hpu, hpu_name)(target)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"torch.cuda.{name} on the emulated Gaudi: torch.hpu.{hpu_name}."
+    return call
+
+
+_MEMORY_CALLS = {
+    "memory_allocated": "memory_allocated", "max_memory_allocated": "max_memory_allocated",
+    "memory_reserved": "memory_reserved", "max_memory_reserved": "max_memory_reserved",
+    "memory_cached": "memory_reserved", "max_memory_cached": "max_memory_reserved",
+    "memory_stats": "memory_stats", "memory_summary": "memory_summary", "mem_get_info": "mem_get_info",
+    "reset_peak_memory_stats": "reset_peak_memory_stats", "reset_max_memory_allocated": "reset_peak_memory_stats",
+}
+
+
+def _inactive(name: str, why: str) -> Callable[..., None]:
+    """A call with no Gaudi equivalent: as Habana's, it warns and does nothing."""
+
+    def call(*args: Any, **kwargs: Any) -> None:
+        _log(HPU_MISMATCH, name, "Dummy")
+        warnings.warn(why, stacklevel=2)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+_INACTIVE_CALLS = {
+    "empty_cache": "No need to call empty_cache on HPU. It manages the memory internally in an efficient way.",
+    "memory_snapshot": "memory_snapshot is not supported on HPU.",
+    "set_per_process_memory_fraction": "set_per_process_memory_fraction is not supported on HPU.",
+    "reset_max_memory_cached": "reset_max_memory_cached is not supported on HPU. The memory cache size is constant"
+    " on HPU.",
+    "caching_allocator_alloc": "caching_allocator_alloc is not supported on HPU.",
+    "caching_allocator_delete": "caching_allocator_delete is not supported on HPU.",
+}
+
+
+def list_gpu_processes(device: Any = None) -> str:
+    _log(HPU_MODIFIED, "list_gpu_processes",
+         f"habana_frameworks.torch.gpu_migration.torch.hpu.list_gpu_processes(device={to_hpu(device)})",
+         {"device": device})
+    used = hpu.memory_reserved()
+    return f"HPU:{hpu.current_device()}\nprocess {os.getpid()} uses {used / 1024 / 1024:.3f} MB HPU memory"
+
+
+# -- random numbers: the hpu generator --------------------------------------------------------------------------------
+_seeding = threading.local()
+
+
+def _random_call(name: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_seeding, "active", False):
+            # The emulated card draws from the CPU generator: seeding it (torch.hpu.random.manual_seed_all calls
+            # torch.manual_seed, which calls torch.cuda.manual_seed_all again) is already under way.
+            return None
+        shown = ", ".join([*(repr(a) if isinstance(a, str) else str(a) for a in args),
+                           *(f"{k}={v}" for k, v in kwargs.items())])
+        named = dict(zip(("seed",), args, strict=False)) if name.startswith("manual_seed") else None
+        _log(HPU_MATCH, name, f"torch.hpu.random.{name}({shown})", named)
+        _seeding.active = "seed" in name
+        try:
+            return getattr(hpu.random, name)(*args, **kwargs)
+        finally:
+            _seeding.active = False
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+_RANDOM_CALLS = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+                 "set_rng_state", "get_rng_state_all", "set_rng_state_all")
+
+
+# -- streams and events: the emulated card runs eagerly and in order --------------------------------------------------
+def current_stream(device: Any = None) -> Any:
+    _log(HPU_MATCH, "current_stream", "torch.hpu.current_stream")
+    return hpu.current_stream()
+
+
+def default_stream(device: Any = None) -> Any:
+    _log(HPU_MATCH, "default_stream", "torch.hpu.default_stream")
+    return hpu.default_stream()
+
+
+def set_stream(stream: Any) -> None:
+    _log(HPU_MATCH, "set_stream", f"torch.hpu.set_stream({stream})", {"stream": stream})
+    hpu.set_stream(stream)
+
+
+def stream(stream: Any) -> Any:
+    _log(HPU_MATCH, "stream", f"torch.hpu.stream({stream})", {"stream": stream})
+    return hpu.stream(stream)
+
+
+# -- nvtx: profiler ranges, which mean nothing on a Gaudi (Habana's toolkit makes them inactive) ----------------------
+def _no_op(*args: Any, **kwargs: Any) -> int:
+    return 0
+
+
+@contextmanager
+def _no_range(*args: Any, **kwargs: Any) -> Iterator[None]:
+    yield
+
+
+# -- amp: GradScaler guards fp16 gradients against underflow; Gaudi trains in bf16 ------------------------------------
+class GradScaler(torch.cuda.amp.GradScaler):
+    """torch.cuda.amp.GradScaler, disabled as Habana's toolkit disables it: `scale` returns the loss as it is, `step`
+    steps the optimizer, `update` does nothing (bf16 has fp32's range: no loss scaling needed)."""
+
+    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, enabled: bool = True) -> None:
+        args = {"init_scale": init_scale, "growth_factor": growth_factor, "backoff_factor": backoff_factor,
+                "growth_interval": growth_interval, "enabled": enabled}
+        self.disabled_on_hpu = bool(enabled)
+        if enabled:
+            LOG.record(HPU_MODIFIED, "torch.cuda.amp.GradScaler.__init__", args, "set enabled to False")
+        with warnings.catch_warnings():  # torch.cuda.amp.GradScaler(...) is deprecated in torch: not the user's call
+            warnings.simplefilter("ignore", FutureWarning)
+            super().__init__(init_scale, growth_factor, backoff_factor, growth_interval, enabled=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        warnings.warn("GradScaler is not applicable to HPU. If this instance if disabled, the states of the scaler"
+                      " are values in disable mode.", stacklevel=2)
+        if not self.disabled_on_hpu:
+            return super().state_dict()
+        LOG.record(HPU_MATCH, "torch.cuda.amp.GradScaler.state_dict", None, "return state in diable mode")
+        return {"scale": self.get_scale(), "growth_factor": None, "backoff_factor": None, "growth_interval": None,
+                "_growth_tracker": self._get_growth_tracker()}
+
+
+def install(replace: Callable[[Any, str, Any], None]) -> None:
+    cuda = torch.cuda
+    for function in (init, is_initialized, is_available, device_count, current_device, set_device, synchronize,
+                     get_device_name, get_device_capability, get_device_properties, is_bf16_supported, get_arch_list,
+                     cudart, current_blas_handle, ipc_collect, list_gpu_processes, current_stream, default_stream,
+                     set_stream, stream):
+        replace(cuda, function.__name__, function)
+    for name, hpu_name in _MEMORY_CALLS.items():
+        replace(cuda, name, _memory_call(name, hpu_name))
+    for name, why in _INACTIVE_CALLS.items():
+        replace(cuda, name, _inactive(name, why))
+    for name in _RANDOM_CALLS:
+        replace(cuda, name, _random_call(name))
+    for name in ("Stream", "Event", "device", "device_of"):
+        replace(cuda, name, getattr(hpu, name))
+    for name in ("range_push", "range_pop", "range_start", "range_end", "mark"):
+        replace(torch.cuda.nvtx, name, _no_op)
+    replace(torch.cuda.nvtx, "range", _no_range)
+    replace(torch.cuda.amp, "GradScaler", GradScaler)

@@ -1,0 +1,118 @@
+"""torch's own calls that name CUDA: tensors' `.to("cuda")` / `.cuda()` / `.is_cuda`, factories' `device="cuda"`,
+`torch.autocast("cuda")`, `nn.DataParallel`.
+
+Behaviour modelled: Habana's toolkit, `torch/_tensor.py` (Tensor.to / cuda / is_cuda / record_stream),
+`torch/_VariableFunctions.py` (the factories: device cuda -> hpu, pin_memory=True refused with a warning),
+`torch/amp/autocast_mode.py` (device_type cuda -> hpu with dtype None: Habana's autocast picks bf16) and
+`torch/nn/parallel/data_parallel.py` (DataParallel refused: one card per process on a Gaudi). Written for the emulated
+Gaudi; Habana's code is not copied. `torch.device("cuda")` itself stays a cuda device, as with Habana's toolkit: it is
+turned into hpu where it is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from habana_frameworks.torch.gpu_migration._devices import names_cuda, to_hpu
+from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG, format_args
+
+_FACTORIES = ("empty", "empty_like", "randn", "rand_like", "rand", "randint", "randint_like", "randn_like", "tensor",
+              "zeros", "zeros_like", "arange", "range", "full", "full_like", "eye", "empty_strided", "ones",
+              "ones_like", "as_tensor", "randperm")
+
+
+def _factory(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if device is None and not kwargs.get("pin_memory"):
+            return original(*args, **kwargs)  # the common case, nothing to migrate: no cost beyond this check
+        old = {"args": args, "kwargs": dict(kwargs)}
+        api_type = None
+        if names_cuda(device) or (isinstance(device, int) and not isinstance(device, bool)):
+            kwargs["device"] = to_hpu(device)
+            api_type = HPU_MATCH
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+            api_type = HPU_MODIFIED
+            warnings.warn("habana allocator doesn't support pinned memory", stacklevel=2)
+        if api_type is not None:
+            LOG.record(api_type, f"torch.{name}", old, f"torch.{name}(args={args}, kwargs={{{format_args(kwargs)}}})")
+        return original(*args, **kwargs)
+
+    return factory
+
+
+def _tensor_methods() -> dict[str, Any]:
+    original_to = torch.Tensor.to
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Tensor.to with a cuda device (positional or `device=`) sent to hpu."""
+        new_args, new_kwargs = list(args), dict(kwargs)
+        if "device" in kwargs:
+            new_kwargs["device"] = to_hpu(kwargs["device"]) if names_cuda(kwargs["device"]) or isinstance(
+                kwargs["device"], int) else kwargs["device"]
+        elif args and (names_cuda(args[0]) or (isinstance(args[0], int) and not isinstance(args[0], bool))):
+            new_args[0] = to_hpu(args[0])
+        if new_args != list(args) or new_kwargs != kwargs:
+            LOG.record(HPU_MATCH, "torch.Tensor.to", {"args": args, "kwargs": kwargs},
+                       f"torch.Tensor.to(args={tuple(new_args)}, kwargs={{{format_args(new_kwargs)}}})")
+        return original_to(self, *new_args, **new_kwargs)
+
+    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
+             memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
+        """Tensor.cuda() is Tensor.to("hpu") (to "hpu:N" for cuda:N or N)."""
+        target = "hpu" if device is None else to_hpu(device)
+        LOG.record(HPU_MATCH, "torch.Tensor.cuda",
+                   {"device": device, "non_blocking": non_blocking, "memory_format": memory_format},
+                   f"torch.Tensor.to(device={target}, non_blocking={non_blocking}, memory_format={memory_format})")
+        return original_to(self, device=target, non_blocking=non_blocking, memory_format=memory_format)
+
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        LOG.record(HPU_MISMATCH, "torch.Tensor.record_stream", {"s": stream}, "Dummy")
+
+    # As Habana's: a tensor on the Gaudi says it is a "cuda" tensor, so `assert x.is_cuda` in CUDA code holds.
+    is_cuda = property(lambda self: self.device.type == "hpu", doc="True for a tensor on hpu (GPU migration).")
+    return {"to": to, "cuda": cuda, "record_stream": record_stream, "is_cuda": is_cuda}
+
+
+def _autocast_init() -> Callable[..., None]:
+    original_init = torch.amp.autocast_mode.autocast.__init__
+
+    def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True,
+                 cache_enabled: bool | None = None) -> None:
+        """torch.autocast("cuda", ...) (and torch.cuda.amp.autocast, which calls it) runs as torch.autocast("hpu")
+        with dtype None: Habana's autocast chooses the lower precision (bf16), whatever fp16 the CUDA code asked."""
+        if device_type.startswith("cuda"):
+            old = {"device_type": device_type, "dtype": dtype, "enabled": enabled, "cache_enabled": cache_enabled}
+            device_type, dtype = "hpu", None
+            new = {"device_type": device_type, "dtype": dtype, "enabled": enabled, "cache_enabled": cache_enabled}
+            LOG.record(HPU_MATCH, "torch.autocast.__init__", old, f"torch.autocast.__init__({format_args(new)})")
+        original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    return __init__
+
+
+class DataParallel(torch.nn.Module):
+    """nn.DataParallel, refused as Habana's toolkit refuses it: a Gaudi process drives one card (use DDP)."""
+
+    def __init__(self, module: torch.nn.Module, device_ids: Any = None, output_device: Any = None,
+                 dim: int = 0) -> None:
+        super().__init__()
+        LOG.record(HPU_MISMATCH, "torch.nn.DataParallel.__init__", None, "raise NotImplementedError")
+        raise NotImplementedError(
+            "DataParallel is currently not supported on HPU. Please use torch.nn.DistributedDataParallel instead.")
+
+
+def install(replace: Callable[[Any, str, Any], None]) -> None:
+    for name in _FACTORIES:
+        replace(torch, name, _factory(name, getattr(torch, name)))
+    for name, method in _tensor_methods().items():
+        replace(torch.Tensor, name, method)
+    replace(torch.amp.autocast_mode.autocast, "__init__", _autocast_init())
+    replace(torch.nn, "DataParallel", DataParallel)
+    replace(torch.nn.parallel, "DataParallel", DataParallel)
