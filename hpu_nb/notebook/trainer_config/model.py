@@ -34,7 +34,14 @@ from hpu_nb.notebook.trainer_config.evaluate import run_plan
 from hpu_nb.notebook.trainer_config.op_list_field import OpList, op_value
 from hpu_nb.notebook.trainer_config.plan import Call, Plan, Ref, Statement, items
 from hpu_nb.notebook.trainer_config.plan import required_names as plan_names
-from hpu_nb.notebook.trainer_config.render import autocast_snippet, offload_snippet, plan_code
+from hpu_nb.notebook.trainer_config.render import (
+    autocast_snippet,
+    keyword_problem,
+    literal_problem,
+    offload_snippet,
+    plan_code,
+    short_repr,
+)
 from hpu_nb.runtime import get_backend
 
 # the validators' arguments, by the field of this form that sets them (the rules themselves live in hpu_nb.core)
@@ -115,9 +122,10 @@ class TrainerConfig:
         out += self._core_issues(backend)
         self._check_advice(warn)
         self._check_op_lists(err, warn)
-        for key in self.extra:
-            if key in SETS_ITSELF:
-                err("extra", f"{key!r} is set by the form; remove it from extra.")
+        for key, value in self.extra.items():
+            problem = extra_problem(key, value)
+            if problem is not None:
+                err("extra", problem)
         return out
 
     def _core_issues(self, backend: Any) -> list[Issue]:
@@ -257,7 +265,8 @@ class TrainerConfig:
             args["profiler"] = Call("HPUProfiler")
         if self.monitor:
             args["callbacks"] = [Call("MemoryMonitor")]
-        args.update(self.extra)
+        # only what the code can write exactly (the rest is an error above; never interpolated into the code)
+        args.update({k: v for k, v in self.extra.items() if extra_problem(k, v) is None})
         steps.append(Statement("trainer", Call("L.Trainer", items(args))))
         return steps
 
@@ -328,6 +337,23 @@ class TrainerConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+def extra_problem(key: Any, value: Any) -> str | None:
+    """Why an `extra` entry cannot be a Trainer argument in the generated code (None when it can): its key must be a
+    Python identifier, and its value something the code writes as an exact literal. The message names the key (cut
+    short: a hostile key is never quoted whole)."""
+    problem = keyword_problem(key)
+    if problem is not None:
+        return (f"the key {short_repr(key)} is not a Trainer argument name: {problem}. It is left out of the code; "
+                "remove it from extra.")
+    if key in SETS_ITSELF:
+        return f"{key!r} is set by the form; remove it from extra."
+    problem = literal_problem(value)
+    if problem is not None:
+        return (f"extra[{key!r}]: {problem}. It is left out of the code; pass a plain value, or add the argument "
+                "to the Trainer in your own code.")
+    return None
 
 
 def config_from(values: Iterable[tuple[str, Any]]) -> TrainerConfig:

@@ -7,13 +7,17 @@ writes them as Python, hpu_nb.notebook.trainer_config.evaluate runs them.
 
 from __future__ import annotations
 
+import datetime
+import pathlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-# where each name the generated code uses comes from
+# where each name the generated code uses comes from (datetime / pathlib: a timedelta or a path in `extra`)
 IMPORTS = {
     "L": "import lightning as L",
+    "datetime": "import datetime",
+    "pathlib": "import pathlib",
 }
 HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPStrategy",
                 "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
@@ -62,6 +66,13 @@ def public_names(value: Any) -> Iterable[str]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from public_names(item)
+    elif isinstance(value, dict):
+        for item in (*value.keys(), *value.values()):
+            yield from public_names(item)
+    elif isinstance(value, datetime.timedelta):
+        yield "datetime"
+    elif isinstance(value, pathlib.PurePath):
+        yield "pathlib"
 
 
 def required_names(plan: Plan) -> list[str]:
