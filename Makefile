@@ -16,6 +16,11 @@ EXTRAS ?= dev,deepspeed
 OPTIMUM_VENV := .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 export HPU_NB_OPTIMUM_PYTHON := $(CURDIR)/$(OPTIMUM_VENV)/bin/python
+# transformers 5 / accelerate as Gaudi users have them now (no optimum-habana, which pins transformers 4.55): a second
+# layer over $(VENV), for tests/test_transformers_on_hpu.py.
+TRANSFORMERS_VENV := .venv-transformers
+TRANSFORMERS_STAMP := $(TRANSFORMERS_VENV)/.installed
+export HPU_NB_TRANSFORMERS_PYTHON := $(CURDIR)/$(TRANSFORMERS_VENV)/bin/python
 JUPYTER_PORT ?= 8888
 # DeepSpeed's C++ ops are compiled by torch into TORCH_EXTENSIONS_DIR (default: one folder per user, shared by every
 # checkout and venv, so each one rebuilds the others' ops). Ours live in the venv: built once by `make setup`, found by
@@ -26,7 +31,7 @@ export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 # emulated Gaudi's everywhere else (hpu_nb-habana.pth), unless HPU_NB_AUTOLOAD=0.
 REAL_HABANA := HPU_NB_AUTOLOAD=0
 
-.PHONY: setup optimum-env lab test test-fast test-torch-builds lint bench browser screenshots clean
+.PHONY: setup optimum-env transformers-env lab test test-fast test-torch-builds lint bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -76,6 +81,14 @@ $(OPTIMUM_STAMP): $(STAMP)
 	$(PY) .ci/layered_venv.py $(PY) $(OPTIMUM_VENV) optimum
 	@touch $(OPTIMUM_STAMP)
 
+# transformers 5 and accelerate (the `transformers` extra) over $(VENV), which they leave unchanged.
+transformers-env: $(TRANSFORMERS_STAMP)
+
+$(TRANSFORMERS_STAMP): $(STAMP)
+	@echo "setting up $(TRANSFORMERS_VENV): the transformers extra over $(VENV), for the transformers / accelerate tests"
+	$(PY) .ci/layered_venv.py $(PY) $(TRANSFORMERS_VENV) transformers
+	@touch $(TRANSFORMERS_STAMP)
+
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
@@ -89,7 +102,7 @@ browser: setup
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-test: setup optimum-env browser lint
+test: setup optimum-env transformers-env browser lint
 	$(PY) -m pytest tests --nbmake notebooks --nbmake-timeout=200 -q --durations=15 $(XDIST)
 
 lint: setup
@@ -123,4 +136,4 @@ bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(OPTIMUM_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(OPTIMUM_VENV) $(TRANSFORMERS_VENV) build *.egg-info .pytest_cache
