@@ -90,6 +90,7 @@ report = {
     "is_cuda": torch.Tensor.is_cuda is torch._C.TensorBase.is_cuda,
     "randn": type(torch.randn).__name__, "autocast": torch.autocast.__init__.__module__,
     "init_process_group": dist.init_process_group.__module__, "data_parallel": torch.nn.DataParallel.__module__,
+    "compile": torch.compile.__module__, "cuda_version": torch.version.cuda, "jit": torch.jit._state._enabled.enabled,
     "migration_loaded": "habana_frameworks.torch.gpu_migration" in sys.modules,
     "cuda_available": torch.cuda.is_available(), "cuda_count": torch.cuda.device_count(),
     "hpu": str(torch.ones(2, device="hpu").device),
@@ -195,7 +196,10 @@ def test_nccl_runs_as_hccl_and_what_habana_refuses_is_refused(tmp_path: Path) ->
         start.record(); end.record(); torch.cuda.synchronize()
         report["elapsed"] = start.elapsed_time(end) >= 0
         torch.cuda.nvtx.range_push("step"); torch.cuda.nvtx.range_pop()
-        torch.nn.Linear(2, 1).cuda()
+        report["cuda_version"] = torch.version.cuda
+        report["jit_off"] = torch.jit.script(len) is len
+        compiled = torch.compile(torch.nn.Linear(2, 1).cuda())  # inductor, the default, is hpu_backend here
+        report["compiled"] = str(compiled(torch.ones(1, 2, device="cuda")).device)
         print(json.dumps(report))
     ''')
     result = _run(code, tmp_path, {"GPU_MIGRATION_LOG_LEVEL": "1"})
@@ -216,6 +220,10 @@ def test_nccl_runs_as_hccl_and_what_habana_refuses_is_refused(tmp_path: Path) ->
     ]
     assert report["capability"] == [9, 0] and report["properties"] == ["GAUDI2", True]
     assert report["seeded"] and report["elapsed"]
+    # As Habana's: torch.version.cuda names a CUDA (on a build without one), TorchScript is off, torch.compile's
+    # default backend is hpu_backend.
+    assert report["cuda_version"] == (torch.version.cuda or "11.8") and report["jit_off"] is True
+    assert report["compiled"] == "hpu:0"
     # Level 1 echoes every record on stdout and records torch's own calls too (Module.cuda calling Tensor.cuda).
     [log] = _logs(tmp_path)
     text = log.read_text()
@@ -223,6 +231,8 @@ def test_nccl_runs_as_hccl_and_what_habana_refuses_is_refused(tmp_path: Path) ->
     assert ("hpu_match", "torch.distributed.init_process_group(backend=nccl, rank=0, world_size=1, )",
             "change backend to hccl") in {(r["type"], r["call"], r["new"]) for r in records}
     assert ("hpu_mismatch", "torch.nn.DataParallel.__init__()") in {(r["type"], r["call"]) for r in records}
+    assert ("hpu_match", "torch.compile(backend=inductor, )", "backend=hpu_backend") in {
+        (r["type"], r["call"], r["new"]) for r in records}
     inside_torch = [r for r in records if r["file"].startswith(str(Path(torch.__file__).parent))]
     assert any(r["call"].startswith("torch.Tensor.cuda(") for r in inside_torch)
     assert "[hpu_mismatch]: torch.cuda.empty_cache() --> Dummy" in result.stdout
@@ -253,6 +263,7 @@ def test_a_process_that_does_not_ask_keeps_torch_cuda_as_torch_made_it(tmp_path:
     assert report["randn"] == "builtin_function_or_method"
     assert report["autocast"].startswith("torch.") and report["init_process_group"].startswith("torch.")
     assert report["data_parallel"].startswith("torch.") and report["migration_loaded"] is False
+    assert report["compile"] == "torch" and report["cuda_version"] == torch.version.cuda and report["jit"] is True
     assert (report["cuda_available"], report["cuda_count"]) == (torch.cuda.is_available(), torch.cuda.device_count())
     assert report["hpu"] == "hpu:0"
 

@@ -4,7 +4,9 @@
 Behaviour modelled: Habana's toolkit, `torch/_tensor.py` (Tensor.to / cuda / is_cuda / record_stream),
 `torch/_VariableFunctions.py` (the factories: device cuda -> hpu, pin_memory=True refused with a warning),
 `torch/amp/autocast_mode.py` (device_type cuda -> hpu with dtype None: Habana's autocast picks bf16) and
-`torch/nn/parallel/data_parallel.py` (DataParallel refused: one card per process on a Gaudi). Written for the emulated
+`torch/nn/parallel/data_parallel.py` (DataParallel refused: one card per process on a Gaudi) and `torch/__init__.py`
+(torch.compile's default inductor backend -> hpu_backend; TorchScript off unless DISABLE_JIT=0; torch.version.cuda
+"11.8"). Written for the emulated
 Gaudi; Habana's code is not copied. `torch.device("cuda")` itself stays a cuda device, as with Habana's toolkit: it is
 turned into hpu where it is used.
 """
@@ -12,6 +14,7 @@ turned into hpu where it is used.
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -108,7 +111,30 @@ class DataParallel(torch.nn.Module):
             "DataParallel is currently not supported on HPU. Please use torch.nn.DistributedDataParallel instead.")
 
 
+def _compile() -> Callable[..., Any]:
+    original_compile = torch.compile
+
+    @functools.wraps(original_compile)
+    def compile(model: Any = None, *, backend: Any = "inductor", **kwargs: Any) -> Any:
+        """torch.compile with the default backend (inductor, which generates GPU / CPU code) mapped to hpu_backend."""
+        if backend == "inductor":
+            LOG.record(HPU_MATCH, "torch.compile", {"backend": backend, **kwargs}, "backend=hpu_backend")
+            backend = "hpu_backend"
+        torch.jit._state.enable()  # as Habana's: compiling turns TorchScript back on (dynamo may script parts)
+        return original_compile(model, backend=backend, **kwargs)
+
+    return compile
+
+
 def install(replace: Callable[[Any, str, Any], None]) -> None:
+    # As Habana's: TorchScript is not supported on HPU, so torch.jit.script / trace hand back what they were given.
+    if os.environ.get("DISABLE_JIT", "1") == "1":
+        torch.jit._state.disable()
+    # As Habana's: CUDA code reading torch.version.cuda finds a CUDA. Habana's torch is a build without CUDA (None
+    # here on a CPU build); a CUDA build's own version is left as it is.
+    if torch.version.cuda is None:
+        replace(torch.version, "cuda", "11.8")
+    replace(torch, "compile", _compile())
     for name in _FACTORIES:
         replace(torch, name, _factory(name, getattr(torch, name)))
     for name, method in _tensor_methods().items():
