@@ -103,7 +103,11 @@ def flavour() -> str:
     """"lightning" where the `lightning` package is installed, else "standalone" (lightning-habana's own order)."""
     global _flavour
     if _flavour is None:
-        _flavour = "lightning" if importlib.util.find_spec("lightning") is not None else "standalone"
+        try:  # as lightning_utilities.module_available asks
+            found = importlib.util.find_spec("lightning") is not None
+        except (ImportError, ValueError):
+            found = False
+        _flavour = "lightning" if found else "standalone"
     return _flavour
 
 
