@@ -194,6 +194,70 @@ def test_fused_adamw_fp8_moments_keep_power_of_two_scales_and_train() -> None:
     assert losses[-1] < 0.8 * losses[0]
 
 
+@pytest.mark.parametrize("moments_dtype", [torch.bfloat16, torch.float8_e4m3fn,
+                                           (torch.float8_e4m3fn, torch.float8_e5m2), (torch.bfloat16, torch.float32)],
+                         ids=["bf16", "e4m3", "e4m3-e5m2", "bf16-fp32"])
+def test_fused_adamw_resumed_from_its_state_dict_continues_as_the_uninterrupted_run(moments_dtype) -> None:
+    """torch's load_state_dict casts floating state to the parameter's dtype: fp8 moments came back as float32 still
+    multiplied by their scale, bf16 ones as float32, and the run went elsewhere. Now they come back in their dtype
+    (the scales as they were) and the resumed run is bit-for-bit the uninterrupted one."""
+    import io
+
+    args = dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, moments_dtype=moments_dtype)
+    data = batches(6, seed=3)
+
+    def run(model: nn.Module, opt: torch.optim.Optimizer, steps) -> None:
+        for x, y in steps:
+            opt.zero_grad()
+            backward(model, x, y)
+            opt.step()
+
+    straight = tanh_mlp().to("hpu")
+    straight_opt = FusedAdamW(straight.parameters(), **args)
+    run(straight, straight_opt, data)
+
+    first = tanh_mlp().to("hpu")
+    first_opt = FusedAdamW(first.parameters(), **args)
+    run(first, first_opt, data[:3])
+    buffer = io.BytesIO()
+    torch.save({"model": first.state_dict(), "optimizer": first_opt.state_dict()}, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer, weights_only=True)
+    resumed = tanh_mlp(seed=99).to("hpu")
+    resumed.load_state_dict(checkpoint["model"])
+    resumed_opt = FusedAdamW(resumed.parameters(), **args)
+    resumed_opt.load_state_dict(checkpoint["optimizer"])
+    for p, q in zip(first.parameters(), resumed.parameters()):
+        before, after = first_opt.state[p], resumed_opt.state[q]
+        assert {k: v.dtype for k, v in after.items() if torch.is_tensor(v)} == \
+            {k: v.dtype for k, v in before.items() if torch.is_tensor(v)}
+        for key, value in before.items():
+            if torch.is_tensor(value):
+                assert torch.equal(after[key].cpu().float(), value.cpu().float()), key
+    run(resumed, resumed_opt, data[3:])
+    for a, b in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(a.detach().cpu(), b.detach().cpu())
+
+
+def test_fused_adamw_refuses_what_habanas_checks_refuse() -> None:
+    """A negative weight_decay (Habana's distributed FusedAdamW and MarkstepAdamW refuse it) and a moments_dtype that
+    is not a floating dtype Gaudi keeps moments in (an int8 truncated the moments to zero; a string failed at step)."""
+    from habana_frameworks.torch.hpex.optimizers.distributed.FusedAdamW import FusedAdamW as FunctionalFusedAdamW
+
+    params = [nn.Parameter(torch.zeros(2).to("hpu"))]
+    with pytest.raises(ValueError, match="Invalid weight_decay value: -0.1"):
+        FusedAdamW(params, weight_decay=-0.1)
+    for bad in (torch.int8, "bfloat16", torch.bool, (torch.bfloat16,), (torch.bfloat16, torch.int8), torch.float64,
+                (torch.float8_e4m3fn, torch.bfloat16)):  # the last: a KeyError at step() before
+        with pytest.raises(ValueError, match="moments_dtype"):
+            FusedAdamW(params, moments_dtype=bad)
+        with pytest.raises(ValueError, match="moments_dtype"):
+            FunctionalFusedAdamW(list(params), moments_dtype=bad)
+    for good in (None, torch.float32, torch.bfloat16, torch.float16, torch.float8_e5m2,
+                 (torch.float8_e4m3fn, torch.float8_e5m2), (torch.bfloat16, torch.float32)):
+        FusedAdamW(params, moments_dtype=good)
+
+
 def test_markstep_adamw_is_torch_adamw_and_accepts_amsgrad(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
     args = dict(lr=1e-2, weight_decay=0.01, amsgrad=True)
@@ -297,7 +361,8 @@ def textbook_lamb(params: list[torch.Tensor], grads_per_step: list[list[torch.Te
             trust = 1.0
             if weight_decay != 0 or use_lamb:
                 u_norm, w_norm = update.norm().item(), w[i].norm().item()
-                trust = w_norm / u_norm if u_norm > 0 else 1.0
+                # Habana's reference (the bridge's tests, TorchNVLAMB): 1 unless both norms are positive
+                trust = w_norm / u_norm if u_norm > 0 and w_norm > 0 else 1.0
             w[i] = w[i] - lr * trust * update
     return w
 
@@ -331,6 +396,29 @@ def test_fused_lamb_equals_textbook_lamb(weight_decay: float, max_grad_norm: flo
     assert_params_close([p.detach().cpu() for p in fused_params], expected, rtol=1e-5, atol=1e-6)
     opt.zero_grad()
     assert all(p.grad is None for p in fused_params)  # set_grad_none=True, Habana's default
+
+
+@pytest.mark.parametrize("use_lamb,weight_decay", [(False, 0.01), (True, 0.0)])
+def test_fused_lamb_moves_a_zero_initialised_parameter_with_trust_ratio_one(use_lamb: bool,
+                                                                           weight_decay: float) -> None:
+    """|w| = 0 made the trust ratio |w| / |u| = 0: a zero-initialised parameter (a bias) never moved. Habana's reference
+    LAMB uses 1 there. Compared with that reference computed in float64."""
+    lr, betas, eps = 1e-2, (0.9, 0.999), 1e-6
+    gen = torch.Generator().manual_seed(11)
+    start = [torch.zeros(4, 3), torch.randn(5, generator=gen), torch.zeros(7)]
+    grads = [[torch.randn(p.shape, generator=gen) for p in start] for _ in range(STEPS)]
+    params = [nn.Parameter(p.clone().to("hpu")) for p in start]
+    opt = FusedLamb(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_grad_norm=None,
+                    use_lamb=use_lamb)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = g.to("hpu")
+        opt.step()
+    expected = textbook_lamb([p.double() for p in start], [[g.double() for g in gs] for gs in grads], lr, betas, eps,
+                             weight_decay, None, use_lamb)
+    got = [p.detach().cpu() for p in params]
+    assert got[0].abs().min() > 0 and got[2].abs().min() > 0  # the zero-initialised ones moved
+    assert_params_close([g.double() for g in got], expected, rtol=1e-5, atol=1e-7)
 
 
 def test_fused_lamb_refuses_amsgrad() -> None:

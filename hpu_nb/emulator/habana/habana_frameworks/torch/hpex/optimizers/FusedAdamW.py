@@ -9,6 +9,7 @@ torch.optim.AdamW with the same arguments except that eps is added before the bi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from habana_frameworks.torch.core import step_closure
@@ -34,6 +35,9 @@ class FusedAdamW(Optimizer):
             raise ValueError(f"Invalid beta parameter: {betas[1]} - should be in [0.0, 1.0[")
         if not eps >= 0.0:
             raise ValueError(f"Invalid epsilon value: {eps} - should be >= 0.0")
+        if not weight_decay >= 0.0:  # as Habana's distributed FusedAdamW and MarkstepAdamW check it
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _kernels.check_moments_dtype(moments_dtype)  # at construction, not at the first step()
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction)
         super().__init__(params, defaults)
         self.moments_dtype = moments_dtype
@@ -92,6 +96,31 @@ class FusedAdamW(Optimizer):
         if self.moments_in_fp8:
             state["exp_avg_scale"] = torch.tensor([1], dtype=p.dtype).to(p.device)
             state["exp_avg_sq_scale"] = torch.tensor([1], dtype=p.dtype).to(p.device)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch.optim's load, then the moments put back as this optimizer keeps them: torch casts every floating
+        state tensor to its parameter's dtype, which turned fp8 moments into float32 still multiplied by their scale
+        and bf16 ones into float32 (the resumed run then differed from the uninterrupted one). The saved tensors are
+        used as they were saved; a state from another moments_dtype (or torch.optim.AdamW) is converted."""
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        saved_state = state_dict["state"]
+        super().load_state_dict(state_dict)
+        for saved_id, p in zip(saved_ids, params):
+            saved = saved_state.get(saved_id)
+            if not saved or p not in self.state:
+                continue
+            state = self.state[p]
+            for key, dtype in zip(("exp_avg", "exp_avg_sq"), self.get_moment_dtypes(p.dtype)):
+                if key not in saved:
+                    continue
+                state[key], scale = _kernels.restore_moment(saved[key], saved.get(f"{key}_scale"), dtype, p)
+                if scale is not None:
+                    state[f"{key}_scale"] = scale
+                elif self.moments_in_fp8:  # the kernel takes a scale per moment when either is fp8
+                    state[f"{key}_scale"] = torch.ones(1, dtype=p.dtype).to(p.device)
+                else:
+                    state.pop(f"{key}_scale", None)
 
     def is_bias_correction(self, group: dict) -> bool:
         """group["bias_correction"]; old checkpoints say "correct_bias"; torch.optim.AdamW's groups mean True."""

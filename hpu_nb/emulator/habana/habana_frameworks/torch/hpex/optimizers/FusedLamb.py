@@ -2,8 +2,9 @@
 
 Models the bridge's hpex/optimizers/FusedLamb.py and its three kernels: global gradient clipping to `max_grad_norm`
 (None: none), Adam moments from the clipped gradient (`grad_averaging`), bias correction, decoupled weight decay added
-to the update, and the trust ratio |w| / |update| applied when weight decay is non-zero or `use_lamb`. AMSGrad is
-refused, as Habana's is; `adam_w_mode` and `fused` are accepted and, as on a Gaudi, change nothing.
+to the update, and the trust ratio |w| / |update| (1 where either norm is 0, as Habana's reference LAMB: a
+zero-initialised parameter moves) applied when weight decay is non-zero or `use_lamb`. AMSGrad is refused, as Habana's
+is; `adam_w_mode` and `fused` are accepted and, as on a Gaudi, change nothing.
 """
 
 from __future__ import annotations

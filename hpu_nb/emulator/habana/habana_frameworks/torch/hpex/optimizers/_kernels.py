@@ -136,12 +136,16 @@ def lamb_phase1(grads: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], 
 def lamb_phase2(weights: Sequence[torch.Tensor], update_norms: Sequence[torch.Tensor],
                 weight_norms: Sequence[torch.Tensor], updates: Sequence[torch.Tensor], neg_lr: torch.Tensor,
                 weight_decay: float, use_lamb: bool) -> None:
-    """hpu::optimizer_lamb_phase2: w += -lr * trust * update, trust = |w| / |update| (1 when |update| is 0), applied
-    only with weight decay or use_lamb, as the bridge does."""
+    """hpu::optimizer_lamb_phase2: w += -lr * trust * update, trust = |w| / |update| (1 when either norm is 0, as
+    Habana's reference), applied only with weight decay or use_lamb, as the bridge does."""
     for weight, update_norm, weight_norm, update in zip(weights, update_norms, weight_norms, updates):
         step = update * _on(neg_lr, update)
         if weight_decay != 0.0 or use_lamb:
-            trust = torch.where(update_norm > 0, weight_norm / update_norm, torch.ones_like(update_norm))
+            # Habana's reference LAMB (the bridge's tests, TorchNVLAMB): the trust ratio is 1 unless both norms are
+            # positive. (The bridge's phase-2 graph masks |update| > 0 only, which leaves a zero-initialised
+            # parameter at 0 for ever; the reference, which its tests hold the kernel to, moves it.)
+            usable = (update_norm > 0) & (weight_norm > 0)
+            trust = torch.where(usable, weight_norm / update_norm, torch.ones_like(update_norm))
             step = step * trust
         weight.add_(step)
 
@@ -201,6 +205,41 @@ def ema(model_values: Sequence[torch.Tensor], ema_values: Sequence[torch.Tensor]
 def bias_corrected_step(lr: float, beta1: float, beta2: float, step: int) -> float:
     """The step size the bridge's FusedAdamW hands its kernel: lr sqrt(1 - beta2^t) / (1 - beta1^t)."""
     return lr * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+
+
+# The dtypes FusedAdamW keeps its moments in on a Gaudi (the bridge's tests: None, bf16, fp32, fp8 pairs; fp16 too).
+MOMENT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, *FP8_DTYPES)
+
+
+def check_moments_dtype(moments_dtype: Any) -> None:
+    """ValueError unless `moments_dtype` is None, one of MOMENT_DTYPES or an (exp_avg, exp_avg_sq) pair of them: an
+    integer dtype truncated the moments to zero, a string failed only at the first step()."""
+    if moments_dtype is None:
+        return
+    pair = isinstance(moments_dtype, tuple)
+    dtypes = moments_dtype if pair else (moments_dtype,)
+    if (pair and len(dtypes) != 2) or not all(isinstance(d, torch.dtype) and d in MOMENT_DTYPES for d in dtypes):
+        names = ", ".join(str(d) for d in MOMENT_DTYPES)
+        raise ValueError(f"Invalid moments_dtype: {moments_dtype!r} - should be None (the parameters' dtype), one of "
+                         f"{names}, or an (exp_avg, exp_avg_sq) pair of them")
+    if pair and len({d in FP8_DTYPES for d in dtypes}) > 1:  # the kernel takes the first moment's kind for both
+        raise ValueError(f"Invalid moments_dtype: {moments_dtype!r} - both moments in fp8 or neither: the fused AdamW "
+                         "kernel reads both the way it reads the first one")
+
+
+def restore_moment(saved: torch.Tensor, saved_scale: torch.Tensor | None, dtype: torch.dtype,
+                   param: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A moment from a state dict as the optimizer keeps it: (tensor in `dtype` on the parameter's device, its fp8
+    scale in the parameter's dtype or None). The saved tensor as it was when it already has that dtype (and scale);
+    otherwise converted through its true value (an fp8 one divided by its scale), fp8 re-scaled as a step would."""
+    if saved.dtype == dtype and (dtype not in FP8_DTYPES or saved_scale is not None):
+        scale = None if saved_scale is None else saved_scale.to(device=param.device, dtype=param.dtype)
+        return saved.to(device=param.device), scale
+    value = _from_fp8(saved, saved_scale, torch.float32) if saved_scale is not None else saved.float()
+    if dtype in FP8_DTYPES:
+        q, scale = _to_fp8(value, torch.ones(1, dtype=param.dtype), dtype)
+        return q.to(param.device), scale.to(param.device)
+    return value.to(device=param.device, dtype=dtype), None
 
 
 def moment_dtypes(moments_dtype: Any, param_dtype: torch.dtype) -> tuple[torch.dtype, torch.dtype]:

@@ -34,6 +34,7 @@ class FusedAdamW:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if len(params) == 0 and not _allow_empty_param_list:
             raise ValueError("optimizer got an empty parameter list")
+        _kernels.check_moments_dtype(moments_dtype)  # as FusedAdamW: at construction, not at the first step
         self.defaults = {"lr": lr, "eps": eps, "beta1": betas[0], "beta2": betas[1], "weight_decay": weight_decay}
         self.amsgrad = False
         self.maximize = False
