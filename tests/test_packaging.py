@@ -32,7 +32,7 @@ def test_a_build_puts_the_library_in_the_cache_and_nothing_else(empty_cache: Pat
     built = build.build(quiet=True)
     assert built == empty_cache / build.library_name() == build.library_path()
     assert built.read_text() == "not a real library\n"
-    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name]
+    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name, build.record_path(built).name]
 
 
 def test_a_failed_compile_says_why_and_leaves_nothing(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +115,7 @@ def test_a_killed_build_leaves_no_compiler_running_and_the_next_build_discards_i
 
     monkeypatch.setenv("FAKE_CXX_MODE", "ok")
     built = build.build(quiet=True)
-    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name]
+    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name, build.record_path(built).name]
 
 
 # -- the set-up's torch: the CPU build by name, no CUDA package planned ----------------------------------------------
@@ -268,6 +268,20 @@ def test_the_installed_wheel_builds_the_device_trains_on_hpu_and_runs_gaudi_code
 
     (shown,) = json.loads(_run(venv, str(SCRIPTS / "hpu_info_magic.py")).stdout.strip().splitlines()[-1])
     assert shown.startswith("Emulated Gaudi on the CPU")
+
+
+@pytest.mark.slow
+def test_the_installed_wheels_finder_serves_lightning_habana(fresh_venv: dict) -> None:
+    """The wheel's `hpu_nb-habana.pth` finder (not .venv's editable one) gives `lightning_habana` from the new venv."""
+    import json
+
+    venv = fresh_venv
+    site = str(venv["venv"] / "lib")
+    found = json.loads(_run(venv, "-c", "import json, hpu_nb, lightning_habana, _hpu_nb_habana_finder as f;"
+                                        " from lightning_habana.pytorch.accelerator import HPUAccelerator;"
+                                        " print(json.dumps([f.__file__, HPUAccelerator is hpu_nb.HPUAccelerator,"
+                                        " lightning_habana.__hpu_nb_names__]))").stdout)
+    assert found[0].startswith(site) and found[1:] == [True, True]
 
 
 def _snapshot(*folders: Path) -> dict[str, float]:
