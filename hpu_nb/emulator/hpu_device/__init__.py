@@ -124,7 +124,7 @@ def load_library_if_built() -> bool:
     with _lock:
         if _library is None:
             path = build.library_path()
-            if not path.exists() or _hpu_device_taken():
+            if not build.library_is_intact(path) or _hpu_device_taken():  # one not as built would crash the process
                 return False
             _library = _load_library(path)
         return True
@@ -208,7 +208,13 @@ def _hpu_device_taken() -> bool:
 
 
 def _load_library(path: object) -> str:
-    torch.ops.load_library(str(path))
+    try:
+        torch.ops.load_library(str(path))
+    except OSError as err:
+        raise build.DeviceBuildError(
+            f"The emulated hpu device's library {path} does not load ({err}). `python -m hpu_nb.emulator.hpu_device`"
+            " checks it against its build record and builds it again."
+        ) from err
     return str(path)
 
 

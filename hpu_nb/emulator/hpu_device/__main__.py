@@ -21,7 +21,16 @@ def main(argv: list[str]) -> int:
     if set(targets) != {"device"}:
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
-    print(build.build())
+    path = build.build()
+    if not build.library_is_intact(path, check_digest=True):  # the size is right, the bytes are not: build again
+        print(f"{path} is not the library its build recorded: building it again.", file=sys.stderr)
+        build.discard_library(path)
+        path = build.build()
+    problem = build.load_in_child(path)
+    if problem:
+        print(f"{path} was built but does not load: {problem}", file=sys.stderr)
+        return 1
+    print(path)
     return 0
 
 

@@ -90,6 +90,71 @@ def library_name() -> str:
     return f"hpu_device-{key.hexdigest()[:16]}.so"
 
 
+# Beside each library, a record of its size and SHA-256 written when the build finished. A library cut short (a full
+# disk, a copy interrupted) would crash the interpreter with SIGBUS when loaded, and torch's autoload loads it at every
+# `import torch`: a library whose size is not the recorded one (one stat and a small read) is never loaded, and the
+# next use rebuilds it. `python -m hpu_nb.emulator.hpu_device` checks the whole SHA-256 and that it loads.
+RECORD_SUFFIX = ".record"
+
+
+def record_path(library: Path) -> Path:
+    return library.with_name(library.name + RECORD_SUFFIX)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_record(library: Path) -> None:
+    partial = record_path(library).with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{library.name}{RECORD_SUFFIX}")
+    partial.write_text(f"{library.stat().st_size} {_sha256(library)}\n")
+    os.replace(partial, record_path(library))
+
+
+def _read_record(library: Path) -> tuple[int, str] | None:
+    try:
+        size, digest = record_path(library).read_text().split()
+        return int(size), digest
+    except (OSError, ValueError):
+        return None
+
+
+def library_is_intact(library: Path, check_digest: bool = False) -> bool:
+    """Whether `library` is as its build left it: its recorded size (and, if asked, its SHA-256)."""
+    record = _read_record(library)
+    try:
+        size = library.stat().st_size
+    except OSError:
+        return False
+    if record is None or record[0] != size:
+        return False
+    return not check_digest or _sha256(library) == record[1]
+
+
+def discard_library(library: Path) -> None:
+    """Remove a library that is not intact (and its record), so the next use builds it anew."""
+    for path in (library, record_path(library)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def load_in_child(library: Path) -> str:
+    """Load `library` in a fresh interpreter (a bad library may kill the process that loads it); "" if it loads, else
+    what went wrong."""
+    code = "import sys, torch; torch.ops.load_library(sys.argv[1])"
+    env = {**os.environ, "HPU_NB_AUTOLOAD": "0"}
+    result = subprocess.run([sys.executable, "-c", code, str(library)], capture_output=True, text=True, env=env,
+                            timeout=300, check=False)
+    if result.returncode == 0:
+        return ""
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else f"the interpreter ended with {result.returncode}"
+
+
 def library_path() -> Path:
     """The cached library for this source and this torch: where it is built, else where a build would put it first."""
     name = library_name()
@@ -183,7 +248,7 @@ def build(quiet: bool = False) -> Path:
     """The library's path, compiling it first if this source and torch have none yet."""
     check_torch_release(_torch_version())
     target = library_path()
-    if target.exists():
+    if library_is_intact(target):
         return target
     compiler = _compiler()
     if compiler is None:
@@ -195,8 +260,13 @@ def build(quiet: bool = False) -> Path:
     target = directory / target.name
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building in this directory
-        if target.exists():
+        if library_is_intact(target):
             return target
+        if target.exists():
+            why = "has no build record" if _read_record(target) is None else "is not as its build left it (cut short?)"
+            print(f"hpu_nb: the emulated device's library {target} {why}: building it again.", file=sys.stderr,
+                  flush=True)
+            discard_library(target)
         _remove_partial_builds(directory)  # left by a build that was killed: nobody else builds while we hold the lock
         if not quiet:
             print(f"hpu_nb: building the emulated hpu device for torch {_torch_version()} (once, about 20 s)...",
@@ -210,6 +280,7 @@ def build(quiet: bool = False) -> Path:
                     f"Building the emulated hpu device failed ({compiler}, exit {returncode}):\n" + stderr[-4000:]
                 )
             os.replace(partial, target)
+            _write_record(target)
         finally:
             _remove_tree(partial.parent)
         if not quiet:
