@@ -161,7 +161,7 @@ def test_a_cuda_written_script_trains_on_hpu_after_the_one_import(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_nccl_runs_as_hccl_and_what_habana_refuses_is_refused(tmp_path: Path) -> None:
+def test_nccl_typed_tensors_compile_and_what_habana_refuses(tmp_path: Path) -> None:
     code = textwrap.dedent('''
         import json, os, warnings
         import habana_frameworks.torch.gpu_migration  # noqa: F401
@@ -196,6 +196,9 @@ def test_nccl_runs_as_hccl_and_what_habana_refuses_is_refused(tmp_path: Path) ->
         start.record(); end.record(); torch.cuda.synchronize()
         report["elapsed"] = start.elapsed_time(end) >= 0
         torch.cuda.nvtx.range_push("step"); torch.cuda.nvtx.range_pop()
+        typed = torch.cuda.FloatTensor([1.0, 2.0])
+        report["typed"] = [str(typed.device), str(typed.dtype), typed.type(),
+                           str(torch.ones(2).type("torch.cuda.LongTensor").dtype)]
         report["cuda_version"] = torch.version.cuda
         report["jit_off"] = torch.jit.script(len) is len
         compiled = torch.compile(torch.nn.Linear(2, 1).cuda())  # inductor, the default, is hpu_backend here
@@ -220,6 +223,7 @@ def test_nccl_runs_as_hccl_and_what_habana_refuses_is_refused(tmp_path: Path) ->
     ]
     assert report["capability"] == [9, 0] and report["properties"] == ["GAUDI2", True]
     assert report["seeded"] and report["elapsed"]
+    assert report["typed"] == ["hpu:0", "torch.float32", "torch.cuda.FloatTensor", "torch.int64"]
     # As Habana's: torch.version.cuda names a CUDA (on a build without one), TorchScript is off, torch.compile's
     # default backend is hpu_backend.
     assert report["cuda_version"] == (torch.version.cuda or "11.8") and report["jit_off"] is True

@@ -10,8 +10,9 @@ this process for good, as Habana's does; a process that neither imports it nor s
 
 Modelled on Habana's toolkit (shipped in Intel's Gaudi images, not in the public bridge repository), read for what it
 maps, logs and refuses; written here for the emulated Gaudi, its code not copied. Which modules model which of its
-files is said in each one. Not modelled: apex, pynvml, torch.cuda's typed tensors (torch.cuda.FloatTensor ...),
-DataLoader's pin_memory_device, PT_HPU_CONVERT_FP16_TO_BF16_FOR_MIGRATION, `torch.compile`'s inductor -> hpu_backend.
+files is said in each one. Not modelled: its apex and pynvml stand-ins, DataLoader's pin_memory_device="hpu",
+PT_HPU_CONVERT_FP16_TO_BF16_FOR_MIGRATION, and its check that torch is the release's own version (the emulated Gaudi
+runs on the torch installed).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import torch.cuda.amp
 import torch.cuda.nvtx
 from habana_frameworks.torch.gpu_migration._devices import to_hpu
 from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG
+from habana_frameworks.torch.gpu_migration._torch import TYPED_DTYPES
 
 hpu: Any = torch.hpu  # the emulated Gaudi's module (habana_frameworks.torch.hpu), loaded by the package's import
 
@@ -270,6 +271,21 @@ class GradScaler(torch.cuda.amp.GradScaler):
                 "_growth_tracker": self._get_growth_tracker()}
 
 
+# -- torch.cuda's typed tensors: constructors of tensors on the card ------------------------------------------------
+def _typed_tensor(name: str, dtype: torch.dtype) -> type:
+    """torch.cuda.<name>(...) as Habana's toolkit has it: torch.<name>(...) moved to hpu. It is no longer a tensor
+    type (isinstance against it is False); Tensor.type() takes it. (Habana's DoubleTensor builds a float32 tensor;
+    this one builds float64, as CUDA's does.)"""
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor:
+        LOG.record(HPU_MODIFIED, f"torch.cuda.{name}.__new__", {"args": args, "kwargs": kwargs},
+                   f"torch.{name}(args={args}, kwargs={{}}).to(hpu)")
+        return getattr(torch, name)(*args, **kwargs).to("hpu")
+
+    return type(name, (), {"__new__": __new__, "tensor_type": dtype, "__module__": "torch.cuda",
+                           "__doc__": f"torch.cuda.{name}: a {dtype} tensor on hpu (GPU migration)."})
+
+
 def install(replace: Callable[[Any, str, Any], None]) -> None:
     cuda = torch.cuda
     for function in (init, is_initialized, is_available, device_count, current_device, set_device, synchronize,
@@ -289,3 +305,5 @@ def install(replace: Callable[[Any, str, Any], None]) -> None:
         replace(torch.cuda.nvtx, name, _no_op)
     replace(torch.cuda.nvtx, "range", _no_range)
     replace(torch.cuda.amp, "GradScaler", GradScaler)
+    for name, dtype in TYPED_DTYPES.items():
+        replace(cuda, name, _typed_tensor(name, dtype))

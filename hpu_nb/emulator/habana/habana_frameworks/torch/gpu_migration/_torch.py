@@ -23,6 +23,10 @@ import torch
 from habana_frameworks.torch.gpu_migration._devices import names_cuda, to_hpu
 from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG, format_args
 
+TYPED_DTYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
+                "BFloat16Tensor": torch.bfloat16, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
+                "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
+                "BoolTensor": torch.bool}  # torch.cuda.<name> / "torch.cuda.<name>" -> a tensor of that dtype on hpu
 _FACTORIES = ("empty", "empty_like", "randn", "rand_like", "rand", "randint", "randint_like", "randn_like", "tensor",
               "zeros", "zeros_like", "arange", "range", "full", "full_like", "eye", "empty_strided", "ones",
               "ones_like", "as_tensor", "randperm")
@@ -75,12 +79,31 @@ def _tensor_methods() -> dict[str, Any]:
                    f"torch.Tensor.to(device={target}, non_blocking={non_blocking}, memory_format={memory_format})")
         return original_to(self, device=target, non_blocking=non_blocking, memory_format=memory_format)
 
+    original_type = torch.Tensor.type
+
+    def type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        """As Habana's: a "torch.cuda.<T>Tensor" / "torch.hpu.<T>Tensor" type (or torch.cuda.<T>Tensor) casts onto
+        hpu; asked for its type, a tensor on hpu answers "torch.cuda.<T>Tensor" (CUDA code checks it)."""
+        args = {"dtype": dtype, "non_blocking": non_blocking, **kwargs}
+        target = getattr(dtype, "tensor_type", None)
+        if isinstance(dtype, str) and dtype.startswith(("torch.cuda.", "torch.hpu.")):
+            target = TYPED_DTYPES.get(dtype.rsplit(".", 1)[-1])
+        if target is not None:
+            LOG.record(HPU_MATCH, "torch.Tensor.type", args, f"torch.Tensor.to(device=hpu, dtype={target})")
+            return original_to(self, device="hpu", dtype=target, non_blocking=non_blocking)
+        if dtype is None and not kwargs and self.device.type == "hpu":
+            answer = original_type(self)
+            LOG.record(HPU_MATCH, "torch.Tensor.type", args,
+                       f"change output value from {answer} to {answer.replace('hpu', 'cuda')}")
+            return answer.replace("hpu", "cuda")
+        return original_type(self, dtype, non_blocking, **kwargs)
+
     def record_stream(self: torch.Tensor, stream: Any) -> None:
         LOG.record(HPU_MISMATCH, "torch.Tensor.record_stream", {"s": stream}, "Dummy")
 
     # As Habana's: a tensor on the Gaudi says it is a "cuda" tensor, so `assert x.is_cuda` in CUDA code holds.
     is_cuda = property(lambda self: self.device.type == "hpu", doc="True for a tensor on hpu (GPU migration).")
-    return {"to": to, "cuda": cuda, "record_stream": record_stream, "is_cuda": is_cuda}
+    return {"to": to, "cuda": cuda, "type": type, "record_stream": record_stream, "is_cuda": is_cuda}
 
 
 def _autocast_init() -> Callable[..., None]:
