@@ -26,6 +26,7 @@ LONGEST_FIRST = (  # measured: fresh clone, 2 workers (seconds of the unit's tes
     "tests/test_liveness_fabric_deepspeed.py",  # ~250 s: stuck and killed ranks, collective timeouts
     "tutorials",  # ~170 s: seven notebook kernels
     "tests/fake_habana/test_conformance.py",  # ~120 s: fresh interpreters on the fake Gaudi releases
+    "tests/test_transformers_on_hpu.py",  # ~80 s alone: fresh interpreters importing transformers, 2 ranks
     "tests/test_parallel_liveness.py",  # ~110 s
     "tests/test_plugin_behaviours_deepspeed.py",  # ~100 s
     "tests/test_packaging.py",  # ~90 s: a wheel installed into a fresh venv
