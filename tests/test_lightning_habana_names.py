@@ -221,6 +221,23 @@ def test_a_real_lightning_habana_on_the_path_wins(tmp_path):
 
 
 @pytest.mark.slow
+def test_on_a_gaudi_without_the_plugin_the_names_are_served_too(tmp_path):
+    """With Habana's software on the path (here the test fake) the finder stays for `lightning_habana` alone."""
+    from tests.fake_habana import SITE as FAKE_HABANA_SITE
+
+    done = _run(
+        f"""
+        import lightning_habana, habana_frameworks
+        print(lightning_habana.__hpu_nb_names__, habana_frameworks.__path__[0].startswith({FAKE_HABANA_SITE!r}))
+        """,
+        tmp_path,
+        PYTHONPATH=FAKE_HABANA_SITE,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.slow
 def test_the_autoload_switch_leaves_lightning_habana_unfound(tmp_path):
     done = _run("import lightning_habana.pytorch.accelerator", tmp_path, HPU_NB_AUTOLOAD="0")
     assert done.returncode != 0
