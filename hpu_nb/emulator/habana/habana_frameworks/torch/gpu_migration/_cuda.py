@@ -17,14 +17,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import habana_frameworks.torch.hpu as hpu  # the emulated card: what torch.hpu is
 import torch
 import torch.cuda.amp
 import torch.cuda.nvtx
 from habana_frameworks.torch.gpu_migration._devices import to_hpu
 from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG
 from habana_frameworks.torch.gpu_migration._torch import TYPED_DTYPES
-
-hpu: Any = torch.hpu  # the emulated Gaudi's module (habana_frameworks.torch.hpu), loaded by the package's import
 
 
 def _log(api_type: str, name: str, new_call: str, args: dict[str, Any] | None = None) -> None:
