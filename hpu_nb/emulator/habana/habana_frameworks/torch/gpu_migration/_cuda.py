@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import habana_frameworks.torch.hpu as hpu  # the emulated card: what torch.hpu is
+import habana_frameworks.torch.hpu.graphs as hpu_graphs
 import torch
 import torch.cuda.amp
 import torch.cuda.nvtx
@@ -234,6 +235,30 @@ def stream(stream: Any) -> Any:
     return hpu.stream(stream)
 
 
+# -- CUDA graphs: HPU graphs (on the emulated Gaudi: recorded, run eagerly) ------------------------------------------
+def is_current_stream_capturing() -> bool:
+    """False: the emulated card has no stream capture (torch asks this when it compiles, whenever CUDA seems to be
+    available: with the toolkit on a CUDA build of torch, torch's own answer would need a CUDA driver)."""
+    _log(HPU_MATCH, "is_current_stream_capturing", "torch.hpu.is_current_stream_capturing()")
+    return False
+
+
+def graph(cuda_graph: Any, pool: Any = None, stream: Any = None, capture_error_mode: str = "global") -> Any:
+    _log(HPU_MATCH, "graph", f"torch.hpu.graph({cuda_graph}, pool={pool}, stream={stream})")
+    return hpu_graphs.graph(cuda_graph, stream=stream)
+
+
+def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: int = 3,
+                           allow_unused_input: bool = False, pool: Any = None) -> Any:
+    _log(HPU_MATCH, "make_graphed_callables",
+         f"torch.hpu.make_graphed_callables({callables}, {sample_args}, num_warmup_iters={num_warmup_iters})")
+    return hpu_graphs.make_graphed_callables(callables, sample_args, num_warmup_iters, allow_unused_input)
+
+
+def graph_pool_handle() -> None:
+    _log(HPU_MISMATCH, "graph_pool_handle", "Dummy")
+
+
 # -- nvtx: profiler ranges, which mean nothing on a Gaudi (Habana's toolkit makes them inactive) ----------------------
 def _no_op(*args: Any, **kwargs: Any) -> int:
     return 0
@@ -290,7 +315,8 @@ def install(replace: Callable[[Any, str, Any], None]) -> None:
     for function in (init, is_initialized, is_available, device_count, current_device, set_device, synchronize,
                      get_device_name, get_device_capability, get_device_properties, is_bf16_supported, get_arch_list,
                      cudart, current_blas_handle, ipc_collect, list_gpu_processes, current_stream, default_stream,
-                     set_stream, stream):
+                     set_stream, stream, is_current_stream_capturing, graph, make_graphed_callables,
+                     graph_pool_handle):
         replace(cuda, function.__name__, function)
     for name, hpu_name in _MEMORY_CALLS.items():
         replace(cuda, name, _memory_call(name, hpu_name))
@@ -300,6 +326,7 @@ def install(replace: Callable[[Any, str, Any], None]) -> None:
         replace(cuda, name, _random_call(name))
     for name in ("Stream", "Event", "device", "device_of"):
         replace(cuda, name, getattr(hpu, name))
+    replace(cuda, "CUDAGraph", hpu_graphs.HPUGraph)
     for name in ("range_push", "range_pop", "range_start", "range_end", "mark"):
         replace(torch.cuda.nvtx, name, _no_op)
     replace(torch.cuda.nvtx, "range", _no_range)
