@@ -121,6 +121,7 @@ def _logs(base: Path) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.torch_builds  # the CUDA builds too: there torch itself asks CUDA when is_available() says yes
 @pytest.mark.timeout(300)
 def test_a_cuda_written_script_trains_on_hpu_after_the_one_import(tmp_path: Path) -> None:
     logs = tmp_path / "habana_logs"
@@ -160,6 +161,7 @@ def test_a_cuda_written_script_trains_on_hpu_after_the_one_import(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.torch_builds  # the CUDA builds too: there torch itself asks CUDA when is_available() says yes
 @pytest.mark.timeout(300)
 def test_nccl_typed_tensors_compile_and_what_habana_refuses(tmp_path: Path) -> None:
     code = textwrap.dedent('''
@@ -254,6 +256,7 @@ def test_pt_hpu_gpu_migration_turns_it_on_where_the_bridge_reads_it(tmp_path: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.torch_builds  # on a CUDA build with a GPU, torch.cuda must stay the GPU's
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("value", [None, "0", "false", ""])
 def test_a_process_that_does_not_ask_keeps_torch_cuda_as_torch_made_it(tmp_path: Path, value: str | None) -> None:
