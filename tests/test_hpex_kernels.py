@@ -315,6 +315,75 @@ def test_fused_sdpa_other_refusals():
                                sdpa(q, k, v, None, 0.0, True, None, "None", True).detach().cpu(), atol=0, rtol=0)
 
 
+# Issue 28 item 5: what the emulated kernels accepted and should refuse (each a silently wrong answer before).
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_fused_sdpa_refuses_an_integer_mask_as_torch_does(dtype):
+    """A tokenizer's 0/1 mask was added to the scores (off by 0.65) instead of masking; torch refuses it."""
+    q, k, v = on_hpu(torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), grad=False)
+    mask = torch.tensor([1, 1, 1, 0], dtype=dtype).expand(1, 1, 4, 4).to(HPU)
+    with pytest.raises(RuntimeError, match="attn_mask dtype to be bool or float") as info:
+        sdpa(q, k, v, mask)
+    assert "bool()" in str(info.value)  # says how to pass a 0/1 mask
+    with pytest.raises(RuntimeError, match="attn_mask dtype to be bool or float"):
+        torch_sdpa(q.cpu(), k.cpu(), v.cpu(), mask.cpu())
+    bool_mask = sdpa(q, k, v, mask.bool())  # what the user meant
+    torch.testing.assert_close(bool_mask.cpu(), torch_sdpa(q.cpu(), k.cpu(), v.cpu(), mask.cpu().bool()), **TOL)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 4, 4), (1, 3, 4, 4), (2, 1, 4, 4), (1, 1, 4, 5)],
+                         ids=["5d", "three-heads-of-two", "batch-two-of-one", "five-keys-of-four"])
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
+def test_fused_sdpa_refuses_a_mask_that_does_not_fit_the_scores(shape, gqa):
+    """A 5-D mask gave a 5-D output; a mask that does not broadcast to (batch, heads, queries, keys) is refused."""
+    q_heads = 4 if gqa else 2
+    q, k, v = on_hpu(torch.randn(1, q_heads, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), grad=False)
+    with pytest.raises(RuntimeError, match="does not broadcast to the attention scores"):
+        sdpa(q, k, v, torch.ones(shape, dtype=torch.bool, device=HPU))
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (1, 4, 4), (1, 4)])
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
+def test_fused_sdpa_lower_rank_masks_broadcast_as_torchs(shape, gqa):
+    torch.manual_seed(3)
+    q_heads = 4 if gqa else 2
+    q, k, v = torch.randn(1, q_heads, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    mask = torch.rand(shape) > 0.3
+    mask[..., 0] = True
+    got = sdpa(*on_hpu(q, k, v, grad=False), mask.to(HPU))
+    torch.testing.assert_close(got.cpu(), torch_sdpa(q, k, v, mask), **TOL)
+
+
+def test_fused_sdpa_grouped_heads_that_do_not_divide_are_a_clear_error():
+    q6, k4, v2 = on_hpu(torch.randn(1, 6, 4, 8), torch.randn(1, 4, 4, 8), torch.randn(1, 2, 4, 8))
+    with pytest.raises(RuntimeError, match=r"query heads \(6\) must be a multiple of the key/value heads \(4\)"):
+        sdpa(q6, k4, k4)
+    with pytest.raises(RuntimeError, match=r"k and v must have the same number of heads \(4 and 2\)"):
+        sdpa(q6, k4, v2)
+
+
+@pytest.mark.parametrize("dropout_p", [-0.1, 1.5, float("nan")])
+def test_fused_sdpa_refuses_a_dropout_probability_outside_0_1(dropout_p):
+    q, k, v = _grad_inputs()
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
+        sdpa(q, k, v, None, dropout_p)
+
+
+def test_fused_sdpa_refuses_an_unknown_softmax_mode():
+    q, k, v = _grad_inputs()
+    with pytest.raises(ValueError, match="softmax_mode 'bogus'.*'None'.*'fast'"):
+        sdpa(q, k, v, None, 0.0, True, None, "bogus")
+    sdpa(q, k, v, None, 0.0, True, None, "FAST", True)  # Habana lower()s it: any case is fine
+
+
+def test_fused_sdpa_refuses_integer_q_k_v():
+    """They came back truncated to zeros."""
+    q = torch.randint(-3, 3, (1, 2, 4, 8)).to(HPU)
+    with pytest.raises(RuntimeError, match="floating point"):
+        sdpa(q, q, q)
+    with pytest.raises(RuntimeError, match="floating point"):
+        sdpa(q.float(), q.float(), q)
+
+
 # -- rotary position embedding ----------------------------------------------------------------------------------------
 def rotate_half(x):
     half = x.shape[-1] // 2
@@ -468,6 +537,27 @@ def test_fused_rms_norm_dtypes_and_extra_arguments():
     torch.testing.assert_close(tuned.cpu(), plain.cpu(), atol=0, rtol=0)
     with pytest.raises(RuntimeError):  # gamma must match the normalised dimension
         FusedRMSNorm.apply(x.to(HPU), torch.rand(8, device=HPU), 1e-6)
+
+
+def test_fused_rms_norm_refuses_integer_input():
+    """An integer input came back truncated to zeros."""
+    with pytest.raises(RuntimeError, match="floating point"):
+        FusedRMSNorm.apply(torch.randint(0, 5, (3, 16)).to(HPU), torch.rand(16, device=HPU), 1e-6)
+    with pytest.raises(RuntimeError, match="floating point"):
+        FusedRMSNorm.apply(torch.rand(3, 16, device=HPU), torch.ones(16, dtype=torch.int64, device=HPU), 1e-6)
+
+
+@pytest.mark.parametrize("mode", [RotaryPosEmbeddingMode.BLOCKWISE, RotaryPosEmbeddingMode.PAIRWISE])
+def test_rope_refuses_an_odd_head_dim(mode):
+    """BLOCKWISE silently differed from rotate-half; PAIRWISE failed with a raw `stack` error."""
+    p = torch.randn(1, 2, 4, 5).to(HPU)
+    cos, sin = (t.to(HPU) for t in rope_table(4, 6))
+    cos, sin = cos[:, :5], sin[:, :5]
+    with pytest.raises(RuntimeError, match=r"head dim .*even.* got 5"):
+        apply_rotary_pos_emb(p, cos, sin, None, 0, mode)
+    if mode is RotaryPosEmbeddingMode.BLOCKWISE:
+        with pytest.raises(RuntimeError, match=r"head dim .*even.* got 5"):
+            RotaryPosEmbeddingHelperV2.apply(p, cos, sin, None)
 
 
 # -- FusedClipNorm -----------------------------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ asserts), grouped-query k/v (fewer key/value heads than query heads, each servin
 broadcasts), boolean (True attends) or additive float masks, `valid_seq_len` with left/right padding (inference with
 the causal mask only), and the same outputs (the attention probabilities / dropout mask in inference on request).
 Where Habana's sources say nothing, the emulation chooses and says so: a mask given with is_causal=True applies both;
-a query that may see no key at all (left padding under valid_seq_len) gets a zero output.
+a query that may see no key at all (left padding under valid_seq_len) gets a zero output; and what the Gaudi graph
+would take but answer wrongly is refused as torch's SDPA refuses it (`_check_inputs`: an integer mask, a mask that does
+not broadcast to the scores, integer q/k/v, grouped heads that do not divide, dropout_p outside [0, 1], an unknown
+softmax_mode).
 
 On the emulated Gaudi the maths is computed with torch's CPU ops in float32 and returned in the input dtype (under
 `torch.autocast("hpu")` q/k/v are first cast to the autocast dtype, as the Gaudi op is in its lower-precision list).
@@ -43,6 +46,7 @@ def gqa_input_reshape_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, att
     k = k.reshape(k.shape[0], groups, 1, k.shape[2], k.shape[3])
     v = v.reshape(v.shape[0], groups, 1, v.shape[2], v.shape[3])
     if attn_mask is not None:
+        attn_mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))  # a 2-D / 3-D mask
         mask_batch, mask_heads, mask_t, mask_s = attn_mask.shape
         if mask_heads == heads:
             attn_mask = attn_mask.reshape(mask_batch, groups, heads // groups, mask_t, mask_s)
@@ -70,6 +74,47 @@ def _check_arguments(requires_backward: bool, attn_mask: torch.Tensor | None, is
         )
     if recompute and return_dropout_mask:
         raise AssertionError("Return_dropout_mask is not supported in recompute mode")
+
+
+SOFTMAX_MODES = ("none", "fast")  # the bridge's graph knows "fast"; its Python default is "None"
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+                  dropout_p: float, softmax_mode: str) -> None:
+    """What the Gaudi op cannot mean, refused before computing (not Habana's asserts: its graph would take these and
+    answer something else; the emulation refuses them as torch's scaled_dot_product_attention does, with its words).
+    Masks are Habana's reference kinds (PySDPA / the bridge's SDPA tests): bool (True attends) or float (added)."""
+    if softmax_mode not in SOFTMAX_MODES:
+        raise ValueError(f"FusedSDPA: softmax_mode {softmax_mode!r} is not one of 'None' (exact softmax) or 'fast' "
+                         "(Gaudi's faster approximation); the mode is case-insensitive.")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise RuntimeError(f"FusedSDPA: dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if not all(t.is_floating_point() for t in (q, k, v)):
+        raise RuntimeError(f"FusedSDPA: q, k and v must be floating point tensors, got {q.dtype}, {k.dtype} and "
+                           f"{v.dtype} (integers would be truncated: convert them first).")
+    if q.dim() == 4 and k.dim() == 4 and v.dim() == 4:
+        q_heads, k_heads, v_heads = q.shape[1], k.shape[1], v.shape[1]
+        if k_heads != v_heads:
+            raise RuntimeError(f"FusedSDPA: k and v must have the same number of heads ({k_heads} and {v_heads}).")
+        if k_heads != q_heads and (k_heads == 0 or q_heads % k_heads):
+            raise RuntimeError(f"FusedSDPA: for grouped-query attention the query heads ({q_heads}) must be a "
+                               f"multiple of the key/value heads ({k_heads}): each key/value head serves a group.")
+    if attn_mask is None:
+        return
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise RuntimeError(
+            f"FusedSDPA: Expected attn_mask dtype to be bool or float, but got {attn_mask.dtype} (torch's "
+            "scaled_dot_product_attention refuses it too). A 0/1 mask (as tokenizers return) would be added to the "
+            "scores, not mask them: pass attn_mask.bool() (True attends), or an additive float mask (0 / -inf)."
+        )
+    scores = (*q.shape[:-1], k.shape[-2])
+    try:
+        fits = attn_mask.dim() <= len(scores) and torch.broadcast_shapes(attn_mask.shape, scores) == scores
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"FusedSDPA: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the "
+                           f"attention scores' shape {scores} ((batch, heads,) queries, keys).")
 
 
 def _autocast_inputs(*tensors: torch.Tensor) -> list[torch.Tensor]:
@@ -112,6 +157,7 @@ class FusedSDPA(torch.autograd.Function):
             recompute = False
         _check_arguments(requires_backward, attn_mask, is_causal, softmax_mode, recompute, valid_seq_len,
                          return_dropout_mask)
+        _check_inputs(q, k, v, attn_mask, dropout_p, softmax_mode)
 
         input_dtypes = (q.dtype, k.dtype, v.dtype)
         q, k, v = _autocast_inputs(q, k, v)

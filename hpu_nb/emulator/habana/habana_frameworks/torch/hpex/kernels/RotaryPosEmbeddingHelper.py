@@ -60,11 +60,21 @@ def _select(table: torch.Tensor, p: torch.Tensor, position_ids: torch.Tensor | N
     return table
 
 
+def _check_head_dim(p: torch.Tensor, mode: RotaryPosEmbeddingMode) -> None:
+    """Both rotations pair features up (BLOCKWISE: i with i + dim/2; PAIRWISE: 2i with 2i + 1): an odd head dim has
+    no such pairing. The bridge does not check it; its reference maths (rotate-half / rotate-every-two) need it."""
+    if p.dim() == 0 or p.shape[-1] % 2:
+        dim = p.shape[-1] if p.dim() else None
+        raise RuntimeError(f"rotary_pos_embedding: the head dim (p's last dimension) must be even for {mode.name} "
+                           f"rotation (it rotates features in pairs); got {dim}.")
+
+
 def rope_forward(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None,
                  offset: int, mode: RotaryPosEmbeddingMode) -> torch.Tensor:
     """p * cos + rotate(p) * sin, in the matched dtype (computed in float32)."""
     mode_value = mode.value  # Habana reads .value: a plain int is refused (AttributeError), as there
     mode = RotaryPosEmbeddingMode(mode_value)
+    _check_head_dim(p, mode)
     p, cos, sin = match_data_types(p, cos, sin)
     with torch.autocast("hpu", enabled=False):
         x = p.float()

@@ -33,6 +33,9 @@ class FusedRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, data_in: torch.Tensor, gamma: torch.Tensor, eps: float, use_stages: bool = True,
                 bwd_mode: int = 0, fast_math: bool = False) -> torch.Tensor:
+        if not (data_in.is_floating_point() and gamma.is_floating_point()):
+            raise RuntimeError(f"FusedRMSNorm: data_in and gamma must be floating point tensors, got {data_in.dtype} "
+                               f"and {gamma.dtype} (integers would be truncated: convert them first).")
         out_dtype = data_in.dtype if data_in.dtype == gamma.dtype else torch.float32
         dtype = _compute_dtype(out_dtype)
         with torch.autocast("hpu", enabled=False):
