@@ -138,6 +138,8 @@ def test_a_cuda_written_script_trains_on_hpu_after_the_one_import(tmp_path: Path
     # Both autocast spellings run Habana's bf16 autocast (fp16 asked for becomes bf16); the scaler is disabled.
     assert report["dtypes"] == ["torch.bfloat16"] and report["scaler_enabled"] is False
     assert report["last"] < report["first"] / 10
+    # As Habana's toolkit, at import where NVIDIA's apex is absent (its apex stand-ins are not modelled here).
+    assert "apex not installed, gpu_migration will not swap api for this package." in result.stderr
 
     # The log: where Habana's toolkit writes it, said on stdout, one record per migrated call at the user's line.
     [log] = _logs(logs)

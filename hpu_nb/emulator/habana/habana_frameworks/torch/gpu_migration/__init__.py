@@ -17,7 +17,9 @@ runs on the torch installed).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import warnings
 from typing import Any
 
 import habana_frameworks.torch.hpu  # noqa: F401  (as Habana's: needs the hpu device and torch.hpu)
@@ -49,6 +51,8 @@ def _activate() -> None:
     from habana_frameworks.torch.gpu_migration._log import LOG  # noqa: PLC0415
 
     _check_switch()
+    if importlib.util.find_spec("apex") is None:  # as Habana's: it says so at every import where apex is absent
+        warnings.warn("apex not installed, gpu_migration will not swap api for this package.", stacklevel=2)
     _cuda.install(_replace)
     _torch.install(_replace)
     _distributed.install(_replace)
