@@ -150,10 +150,12 @@ def test_the_cuda_check_recognizes_cuda_packages_in_a_pip_report() -> None:
 
 
 @pytest.mark.slow
-def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path) -> None:
-    """What `make setup` installs on a machine without a Gaudi, and the `optimum` extra `make test` layers over it,
-    planned from scratch (pip --dry-run --ignore-installed): torch at the Makefile's version, a CPU build, and not one
-    nvidia-* / cuda-* / triton package."""
+@pytest.mark.parametrize(("layer", "brings"), [("optimum", "optimum-habana"), ("transformers", "accelerate")])
+def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path, layer: str, brings: str) -> None:
+    """What `make setup` installs on a machine without a Gaudi, with each extra `make test` layers over it in an
+    environment of its own (optimum-habana pins transformers 4, the transformers layer has 5), planned from scratch
+    (pip --dry-run --ignore-installed): torch at the Makefile's version, a CPU build, and not one nvidia-* / cuda-* /
+    triton package."""
     import json
 
     from tests.install_checks.fresh_venv import copy_tracked_files
@@ -162,14 +164,14 @@ def test_the_setup_plans_torch_cpu_and_no_cuda_package(tmp_path: Path) -> None:
     version, extras = _makefile_value("TORCH_VERSION"), _makefile_value("EXTRAS")
     report_path = tmp_path / "plan.json"
     done = subprocess.run([sys.executable, str(REPO / ".ci" / "cpu_torch.py"), version, "--plan", str(report_path),
-                           "--no-build-isolation", f".[{extras},optimum]"], cwd=source, capture_output=True, text=True)
+                           "--no-build-isolation", f".[{extras},{layer}]"], cwd=source, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     planned = {item["metadata"]["name"].lower(): item["metadata"]["version"]
                for item in json.loads(report_path.read_text())["install"]}
     assert planned["torch"].split("+")[0] == version
     assert "+cu" not in planned["torch"]
     assert not [name for name in planned if name.startswith(("nvidia-", "cuda-", "triton"))]
-    assert {"hpu_nb", "lightning", "deepspeed", "optimum-habana"} <= set(planned)  # all of it, not torch alone
+    assert {"hpu_nb", "lightning", "deepspeed", brings} <= set(planned)  # all of it, not torch alone
 
 
 # -- the wheel and the sdist, installed into a fresh venv ------------------------------------------------------------
