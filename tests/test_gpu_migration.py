@@ -299,6 +299,8 @@ def test_device_arguments_and_log_levels_as_the_toolkit_reads_them(tmp_path: Pat
     devices = _load("_devices")
     assert [devices.to_hpu(d) for d in ("cuda", "cuda:0", torch.device("cuda", 1), 0, "2", None, "cpu", "hpu")] == [
         "hpu", "hpu:0", "hpu:1", "hpu:0", "hpu:2", None, "cpu", "hpu"]
+    assert [devices.migrates(d) for d in ("cuda:1", torch.device("cuda"), 1, True, "cpu", torch.device("hpu"))] == [
+        True, True, True, False, False, False]
     log_module = _load("_log")
     assert log_module.format_args({"device": 0, "enabled": True}) == "device=0, enabled=True, "
 

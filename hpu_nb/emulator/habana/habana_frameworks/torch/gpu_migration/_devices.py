@@ -7,9 +7,11 @@ from typing import Any
 import torch
 
 
-def names_cuda(device: Any) -> bool:
+def migrates(device: Any) -> bool:
+    """Whether a device argument is rewritten: one naming cuda, or a bare device index (CUDA's meaning of an int)."""
     return (isinstance(device, str) and device.startswith("cuda")) or (
-        isinstance(device, torch.device) and device.type == "cuda")
+        isinstance(device, torch.device) and device.type == "cuda") or (
+        isinstance(device, int) and not isinstance(device, bool))
 
 
 def to_hpu(device: Any) -> Any:

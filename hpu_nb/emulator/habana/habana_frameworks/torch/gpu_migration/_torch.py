@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from habana_frameworks.torch.gpu_migration._devices import names_cuda, to_hpu
+from habana_frameworks.torch.gpu_migration._devices import migrates, to_hpu
 from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG, format_args
 
 TYPED_DTYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
@@ -40,7 +40,7 @@ def _factory(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             return original(*args, **kwargs)  # the common case, nothing to migrate: no cost beyond this check
         old = {"args": args, "kwargs": dict(kwargs)}
         api_type = None
-        if names_cuda(device) or (isinstance(device, int) and not isinstance(device, bool)):
+        if migrates(device):
             kwargs["device"] = to_hpu(device)
             api_type = HPU_MATCH
         if kwargs.get("pin_memory"):
@@ -58,16 +58,16 @@ def _tensor_methods() -> dict[str, Any]:
     original_to = torch.Tensor.to
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Tensor.to with a cuda device (positional or `device=`) sent to hpu."""
+        """Tensor.to with a cuda device (positional or `device=`, or a device index) sent to hpu."""
         new_args, new_kwargs = list(args), dict(kwargs)
-        if "device" in kwargs:
-            new_kwargs["device"] = to_hpu(kwargs["device"]) if names_cuda(kwargs["device"]) or isinstance(
-                kwargs["device"], int) else kwargs["device"]
-        elif args and (names_cuda(args[0]) or (isinstance(args[0], int) and not isinstance(args[0], bool))):
+        if "device" in kwargs and migrates(kwargs["device"]):
+            new_kwargs["device"] = to_hpu(kwargs["device"])
+        elif "device" not in kwargs and args and migrates(args[0]):
             new_args[0] = to_hpu(args[0])
-        if new_args != list(args) or new_kwargs != kwargs:
-            LOG.record(HPU_MATCH, "torch.Tensor.to", {"args": args, "kwargs": kwargs},
-                       f"torch.Tensor.to(args={tuple(new_args)}, kwargs={{{format_args(new_kwargs)}}})")
+        else:
+            return original_to(self, *args, **kwargs)
+        LOG.record(HPU_MATCH, "torch.Tensor.to", {"args": args, "kwargs": kwargs},
+                   f"torch.Tensor.to(args={tuple(new_args)}, kwargs={{{format_args(new_kwargs)}}})")
         return original_to(self, *new_args, **new_kwargs)
 
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
