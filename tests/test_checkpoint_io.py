@@ -316,3 +316,43 @@ def test_trainer_fit_from_a_checkpoint_url_never_runs_its_pickle(served, tmp_pat
     with pytest.raises(Exception, match="weights_only"):
         trainer.fit(LinearModel(4), regression_data(n=8, features=4, batch_size=4), ckpt_path=f"{base}/evil.ckpt")
     assert not marker.exists()
+
+
+# -- checkpoints that are not files (issue 28, item 7) ----------------------------------------------------------------
+def test_a_fifo_named_as_a_checkpoint_is_refused_without_blocking(tmp_path):
+    """load_checkpoint on a FIFO blocked for ever (in open, waiting for a writer)."""
+    import threading
+
+    fifo = tmp_path / "pipe.ckpt"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | object] = []
+
+    def load():
+        try:
+            outcome.append(HPUCheckpointIO().load_checkpoint(fifo))
+        except BaseException as err:  # the test inspects it
+            outcome.append(err)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    if thread.is_alive():  # blocked: give it a writer so the thread ends, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(timeout=10)
+        pytest.fail("load_checkpoint blocked on a FIFO")
+    (err,) = outcome
+    assert isinstance(err, OSError) and "a FIFO (named pipe)" in str(err) and "pipe.ckpt" in str(err)
+
+
+def test_dev_zero_named_as_a_checkpoint_says_what_it_is():
+    """It was called 'empty: its save never completed' (a character device reports size 0)."""
+    with pytest.raises(OSError, match="character device") as info:
+        HPUCheckpointIO().load_checkpoint("/dev/zero")
+    assert "save never completed" not in str(info.value) and "/dev/zero" in str(info.value)
+
+
+def test_a_file_url_checkpoint_still_loads(tmp_path):
+    path = tmp_path / "plain.ckpt"
+    torch.save({"w": torch.ones(2)}, path)
+    loaded = HPUCheckpointIO().load_checkpoint(f"file://{path}", map_location="cpu")
+    assert torch.equal(loaded["w"], torch.ones(2))

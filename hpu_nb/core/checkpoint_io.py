@@ -24,6 +24,7 @@ from lightning.pytorch.plugins.io.torch_plugin import TorchCheckpointIO
 from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.files import check_named_file
 
 __all__ = ["HPUCheckpointIO", "InvalidCheckpointError"]
 
@@ -58,6 +59,11 @@ class HPUCheckpointIO(TorchCheckpointIO):
         fs = get_filesystem(path)
         if not fs.exists(path):
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        if _is_local(fs):
+            # A FIFO blocked the open for ever and /dev/zero (size 0) passed for an empty checkpoint: what is not a
+            # regular file is named for what it is (the runtime's check, which never blocks). A folder goes on to
+            # torch's own error, as before.
+            check_named_file(_local_path(path), "checkpoint", directory_ok=True)
         if map_location is None:
             map_location = get_backend().root_device()
         if weights_only is None and _is_url(path):
@@ -121,6 +127,15 @@ def _is_url(path: _PATH) -> bool:
     """What Lightning's `_load` sends to torch.hub with weights_only=False by default (its own test, kept in step by
     tests/test_lightning_tripwire.py)."""
     return isinstance(path, (str, os.PathLike)) and str(path).startswith("http")
+
+
+def _local_path(path: _PATH) -> str:
+    """A local checkpoint's path without fsspec's protocol (file:///x is /x)."""
+    text = os.fspath(path)
+    for prefix in ("file://", "local://"):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
 
 
 def _is_local(fs: Any) -> bool:

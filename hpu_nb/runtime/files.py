@@ -25,8 +25,9 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def read_small_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE_LIMIT) -> bytes:
-    """The bytes of the regular file `path` (at most `limit`); UnreadableFileError, naming `what` and the file, else."""
+def _open_named(path: str | os.PathLike[str], what: str, *, directory_ok: bool = False) -> tuple[int, os.stat_result]:
+    """(a descriptor, its stat) for `path` if it is a regular file (or, with directory_ok, a directory), opened without
+    blocking (O_NONBLOCK: a FIFO with no writer is refused, not waited on); UnreadableFileError naming `what` else."""
     p = Path(path).expanduser()
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -37,10 +38,31 @@ def read_small_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
+            if directory_ok:
+                return fd, info
             raise UnreadableFileError(f"{what} {str(path)!r} is a directory: name a file.")
         if not stat.S_ISREG(info.st_mode):
             raise UnreadableFileError(f"{what} {str(path)!r} is not a regular file (a device or a pipe): it is"
                                       f" {_kind(info.st_mode)}.")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def check_named_file(path: str | os.PathLike[str], what: str, *, directory_ok: bool = False) -> os.stat_result:
+    """The stat of `path` when it is a regular file (or, with directory_ok, a directory), checked without blocking
+    or reading; UnreadableFileError naming `what` and the file else. For files too big for read_small_file (a
+    checkpoint): check here, then open it for reading."""
+    fd, info = _open_named(path, what, directory_ok=directory_ok)
+    os.close(fd)
+    return info
+
+
+def read_small_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE_LIMIT) -> bytes:
+    """The bytes of the regular file `path` (at most `limit`); UnreadableFileError, naming `what` and the file, else."""
+    fd, info = _open_named(path, what)
+    try:
         if info.st_size > limit:
             raise UnreadableFileError(f"{what} {str(path)!r} is {info.st_size:,} bytes; a {what} is at most"
                                       f" {limit:,} bytes.")
