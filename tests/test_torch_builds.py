@@ -241,3 +241,22 @@ def test_torch_releases_outside_the_tested_range() -> None:
         build.check_torch_release("2.16.0")
     build.check_torch_release(torch.__version__)  # this environment's torch is in the range: nothing said
     assert build.torch_release("2.14.1+cu130") == (2, 14) and build.torch_release("2.6.0a0+git1234") == (2, 6)
+
+
+def test_beside_a_gpu_the_probe_runs_once_and_its_failure_is_the_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a GPU workstation meets (simulated: this machine has no GPU): the device reports that a usable CUDA keeps
+    torch's accelerator; one tiny backward on hpu decides, and where it fails the first use says what to do."""
+    probes: list[str] = []
+
+    def probe(settled: accelerator.AcceleratorClaim) -> None:
+        probes.append(settled.accelerator)
+        assert accelerator.claim().accelerator == "cuda"  # the probe's own device use coming back: no second probe
+        raise accelerator.AcceleratorInUseError(accelerator.conflict_message(settled, RuntimeError("assert failed")))
+
+    monkeypatch.setattr(accelerator, "_claim", None)
+    monkeypatch.setattr(torch.ops.hpu_emu, "claim_accelerator", lambda: "beside:cuda")
+    monkeypatch.setattr(accelerator, "check_backward_beside", probe)
+    for _attempt in range(2):  # and every later use says it again, never a backward failing mid-run
+        with pytest.raises(accelerator.AcceleratorInUseError, match="CUDA_VISIBLE_DEVICES= python train.py"):
+            accelerator.claim()
+    assert probes == ["cuda", "cuda"] and accelerator.current_claim() is None

@@ -51,6 +51,7 @@ class AcceleratorClaim:
 
 
 _claim: AcceleratorClaim | None = None
+_probing = False  # the probe's own use of the device may come back here (torch.hpu's first import loads the device)
 
 
 def parse_claim(report: str) -> AcceleratorClaim:
@@ -73,11 +74,17 @@ def current_claim() -> AcceleratorClaim | None:
 
 def claim() -> AcceleratorClaim:
     """Settle the accelerator question for this process (once), and make sure `hpu` can train under the answer."""
-    global _claim
+    global _claim, _probing
     if _claim is None:
         settled = parse_claim(torch.ops.hpu_emu.claim_accelerator())
+        if not settled.is_hpu and _probing:
+            return settled  # asked again by the probe's own device use: the probe's outcome decides, not this
         if not settled.is_hpu:
-            check_backward_beside(settled)
+            _probing = True
+            try:
+                check_backward_beside(settled)
+            finally:
+                _probing = False
         _claim = settled
     return _claim
 
