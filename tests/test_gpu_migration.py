@@ -192,7 +192,8 @@ def test_nccl_typed_tensors_compile_and_what_habana_refuses(tmp_path: Path) -> N
         report["warnings"] = sorted({str(w.message) for w in caught if w.category is UserWarning})
         report["capability"] = torch.cuda.get_device_capability()
         properties = torch.cuda.get_device_properties(0)
-        report["properties"] = [properties.name, properties.total_memory == torch.hpu.memory_stats()["Limit"]]
+        report["properties"] = [properties.name, properties.total_memory == torch.hpu.memory_stats()["Limit"],
+                                torch.cuda.get_device_name(3)]  # a rank's own GPU: Habana's name ignores the index
         torch.cuda.manual_seed(1); a = torch.randn(3, device="cuda")
         torch.cuda.manual_seed(1); b = torch.randn(3, device="cuda")
         report["seeded"] = torch.equal(a.cpu(), b.cpu())
@@ -225,7 +226,7 @@ def test_nccl_typed_tensors_compile_and_what_habana_refuses(tmp_path: Path) -> N
         "No need to call empty_cache on HPU. It manages the memory internally in an efficient way.",
         "habana allocator doesn't support pinned memory",
     ]
-    assert report["capability"] == [9, 0] and report["properties"] == ["GAUDI2", True]
+    assert report["capability"] == [9, 0] and report["properties"] == ["GAUDI2", True, "GAUDI2"]
     assert report["seeded"] and report["elapsed"]
     assert report["typed"] == ["hpu:0", "torch.float32", "torch.cuda.FloatTensor", "torch.int64"]
     # As Habana's: torch.version.cuda names a CUDA (on a build without one), TorchScript is off, torch.compile's

@@ -81,7 +81,9 @@ def synchronize(device: Any = None) -> None:
 
 
 def get_device_name(device: Any = None) -> str:
-    return str(hpu.get_device_name(None if device is None else to_hpu(device)))
+    # Habana's torch.hpu.get_device_name ignores the index (one card per process; every card is the same kind), so
+    # CUDA code naming its local rank's GPU (Lightning: get_device_name(local_rank)) gets the card's name.
+    return str(hpu.get_device_name())
 
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:
