@@ -11,6 +11,7 @@ accelerators exist, its kernels registered when the device is first used. It cos
 
 from __future__ import annotations
 
+import importlib
 import os
 
 # Importing this module ran hpu_nb/__init__.py: Lightning learns "hpu" when imported, and the emulated
@@ -18,6 +19,7 @@ import os
 from hpu_nb.emulator import habana as emulated_habana
 
 AUTOLOAD_ENV = "HPU_NB_AUTOLOAD"
+GPU_MIGRATION_ENV = "PT_HPU_GPU_MIGRATION"  # read by habana_frameworks.torch (gpu_migration/__init__.py has the rule)
 
 
 def load() -> None:
@@ -33,5 +35,9 @@ def load() -> None:
         if EMULATED_RELEASE.autoloads(os.environ):  # what Habana's autoload imports: its hpu module and HCCL
             emulated_habana.install_torch_hpu()
             hpu_device.hccl.register_for_first_use()
+            if os.environ.get(GPU_MIGRATION_ENV, "").strip().lower() not in ("", "0", "false"):
+                # Habana's autoload imports habana_frameworks.torch, which starts the GPU Migration Toolkit when the
+                # variable asks for it: CUDA code then runs on hpu after a plain `import torch`, as on a Gaudi.
+                importlib.import_module("habana_frameworks.torch")
     except Exception:
         return

@@ -259,6 +259,14 @@ def test_pt_hpu_gpu_migration_turns_it_on_where_the_bridge_reads_it(tmp_path: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_pt_hpu_gpu_migration_with_a_plain_import_torch(tmp_path: Path) -> None:
+    # On a Gaudi (1.18+) torch's autoload imports habana_frameworks.torch, and with it the toolkit: so does hpu_nb's.
+    code = 'import json, torch\nprint(json.dumps(str(torch.randn(2, device="cuda").device)))\n'
+    assert _report(_run(code, tmp_path, {"PT_HPU_GPU_MIGRATION": "1"})) == "hpu:0"
+
+
+@pytest.mark.slow
 @pytest.mark.torch_builds  # on a CUDA build with a GPU, torch.cuda must stay the GPU's
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("value", [None, "0", "false", ""])
