@@ -121,11 +121,12 @@ test-fast: setup
 # tests/test_torch_builds.py run in each (.ci/torch_builds.py). `make test-torch-builds TORCH_BUILDS="2.9.1"` for others.
 # Python 3.12 (Intel's Ubuntu 24.04 images): PyPI's newest torch again under it, where a python3.12 is on the PATH.
 TORCH_BUILDS ?= 2.14.1 latest
-PYTHON312 ?= $(shell command -v python3.12 2>/dev/null)
+# The first python3.12 that runs: on the PATH, else pyenv's (whose shim answers only for its selected versions).
+PYTHON312 ?= $(shell for p in $$(which -a python3.12 2>/dev/null) $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; \
+	do "$$p" -c "import venv, ensurepip" 2>/dev/null && echo "$$p" && break; done)
 test-torch-builds: setup
 	$(PY) .ci/torch_builds.py $(TORCH_BUILDS) -- $(XDIST)
-	@if [ -n "$(PYTHON312)" ] && "$(PYTHON312)" -c "import venv" 2>/dev/null; then \
-		$(PYTHON312) .ci/torch_builds.py latest -- $(XDIST); \
+	@if [ -n "$(PYTHON312)" ]; then $(PYTHON312) .ci/torch_builds.py latest -- $(XDIST); \
 	else echo "test-torch-builds: no python3.12 here: Python 3.12 not checked"; fi
 
 # Refresh docs/screenshots/ from the real-browser tests.
