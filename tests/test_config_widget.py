@@ -368,3 +368,14 @@ def test_insert_cell_uses_set_next_input(monkeypatch: pytest.MonkeyPatch) -> Non
     cfg = TrainerConfigWidget(precision="bf16-mixed")
     cfg.insert_cell()
     assert calls == [(cfg.code, False)]
+
+
+def test_the_one_device_advice_is_true_for_the_chosen_combination() -> None:
+    def strategy_warnings(**kw: Any) -> list[str]:
+        return [w.message for w in TrainerConfig(devices=1, **kw).warnings if w.field == "strategy"]
+
+    (plain,) = strategy_warnings(strategy="deepspeed", deepspeed_stage=2)
+    assert "'single' does the same" in plain
+    (offload,) = strategy_warnings(strategy="deepspeed", deepspeed_stage=3, offload_optimizer=True)
+    assert "'single' does the same" not in offload and "ZeRO-Offload" in offload and "'single' does not" in offload
+    assert strategy_warnings(strategy="single") == []

@@ -158,8 +158,12 @@ class TrainerConfig:
         if self.strategy == "single" and devices > 1:
             err("strategy", f"the single-device strategy runs on one HPU; choose parallel / DDP for {devices} devices.")
         if self.strategy in ("parallel", "ddp", "deepspeed", "fsdp") and devices == 1:
-            warn("strategy", "one device: this strategy runs a single process; 'single' does the same with less "
-                             "set-up.")
+            if self.offloads:  # the offload is real on one card: not what 'single' does
+                warn("strategy", "one device: ZeRO partitions nothing across one card; what DeepSpeed gives here is "
+                                 "the optimizer's state and step on the CPU (ZeRO-Offload), which 'single' does not.")
+            else:
+                warn("strategy", "one device: this strategy runs a single process; 'single' does the same with less "
+                                 "set-up.")
 
     def _check_advice(self, warn: Any) -> None:
         """What a notebook user should know about these choices (none of it refuses them)."""
