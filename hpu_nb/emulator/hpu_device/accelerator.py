@@ -2,8 +2,8 @@
 
 torch answers "which accelerator?" (``torch.accelerator.current_accelerator()``, and internally autograd, dynamo and
 ``init_process_group``) from the hooks of its compiled-in accelerators, and refuses two. Its autograd serves one
-accelerator per process (from torch 2.9 a backward through tensors of an accelerator device type uses *the*
-accelerator's streams). So the emulated card settles the question when it is first used (hpu_device.cpp,
+accelerator per process (in current torch, measured on 2.14, a backward through tensors of an accelerator device type
+uses *the* accelerator's streams). So the emulated card settles the question when it is first used (hpu_device.cpp,
 ``claim_accelerator``):
 
 * a CPU build of torch: ``hpu`` is the process's accelerator, as on a Gaudi;

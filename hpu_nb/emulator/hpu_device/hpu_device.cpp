@@ -248,9 +248,9 @@ C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl);
 // torch's getAccelerator() (aten/src/ATen/DeviceAccelerator.cpp, 2.6 to 2.15) asks the hooks of each compiled-in
 // accelerator (CUDA, XPU, HIP, MPS, HPU) whether it isBuilt() and raises "Cannot have both HPU and cuda." when two
 // say yes; autograd's engine, dynamo and init_process_group all ask it. And autograd serves one accelerator per
-// process: from torch 2.9 its engine and InputBuffer give a node on an accelerator device (isAccelerator: CUDA, XPU,
-// HPU, ...) the current stream of *the* accelerator (at::accelerator::getCurrentStream), so backward through `hpu`
-// tensors needs HPU to be the process's accelerator. PyPI's torch for Linux is a CUDA build, whose CUDA hooks say
+// process: in current torch (its source; measured on 2.14 with gdb) the engine and InputBuffer give a node on an
+// accelerator device (isAccelerator: CUDA, XPU, HPU, ...) the current stream of *the* accelerator
+// (at::accelerator::getCurrentStream), so backward through `hpu` tensors needs HPU to be the process's accelerator. PyPI's torch for Linux is a CUDA build, whose CUDA hooks say
 // isBuilt() whether or not a GPU is there. So, when the emulated card is first used:
 // * another compiled-in accelerator with no usable device (a CUDA build on a machine without a GPU, or with the GPUs
 //   hidden) is told to answer isBuilt() = false, as a CPU build's hooks do: the process's accelerator becomes hpu, as
