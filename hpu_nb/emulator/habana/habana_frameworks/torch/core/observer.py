@@ -80,26 +80,44 @@ def _check(name: str, dtype: torch.dtype, qscheme: Any, reduce_range: Any, is_dy
         raise NotImplementedError(f"{name}: is_dynamic is not supported.")
 
 
-class AbsMaxObserver(_ObserverBase):  # type: ignore[misc]
-    """Running min / max of what it sees; scale = max(max(-min, max) * 2**backoff_margin / ((quant_max - quant_min)
-    / 2), eps), hardware-aligned; zero point 0."""
-
-    min_val: torch.Tensor
-    max_val: torch.Tensor
+class _Fp8Observer(_ObserverBase):  # type: ignore[misc]
+    """What both observers share: Habana's signature and checks, and the zero point and hardware-aligned scale their
+    statistics give. Each registers its own statistic buffers (`_register_statistics`)."""
 
     def __init__(self, dtype: torch.dtype = torch.float8_e4m3fn, qscheme: Any = torch.per_tensor_symmetric,
                  reduce_range: bool = False, quant_min: float = torch.finfo(torch.float8_e4m3fn).min,
                  quant_max: float = torch.finfo(torch.float8_e4m3fn).max, factory_kwargs: Any = None,
                  eps: float = torch.finfo(torch.float32).eps, backoff_margin: float = 0, is_dynamic: bool = False,
                  **kwargs: Any) -> None:
-        _check("AbsMaxObserver", dtype, qscheme, reduce_range, is_dynamic)
+        _check(type(self).__name__, dtype, qscheme, reduce_range, is_dynamic)
         assert quant_min == -quant_max
         super().__init__(dtype=dtype, qscheme=qscheme, reduce_range=reduce_range, quant_min=quant_min,
                          quant_max=quant_max, factory_kwargs=factory_kwargs, eps=eps, is_dynamic=is_dynamic, **kwargs)
-        factory_kwargs = torch.nn.factory_kwargs(factory_kwargs)
+        self._register_statistics(torch.nn.factory_kwargs(factory_kwargs))
+        self.backoff_margin = backoff_margin
+
+    def _register_statistics(self, factory_kwargs: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _qparams(self, scale: torch.Tensor, statistic: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """scale * 2**backoff_margin, at least eps, aligned for fp8; zero point 0, on the statistic's device."""
+        adjusted = torch.max(scale * (2 ** self.backoff_margin), self.eps)
+        if self.dtype in _FP8:
+            adjusted = _scale_to_pow2_hw(adjusted, self.dtype)
+        logger.debug("old_scale = %s, new_scale = %s", scale.item(), adjusted.item())
+        return adjusted, torch.zeros(statistic.size(), dtype=torch.int64, device=statistic.device.type)
+
+
+class AbsMaxObserver(_Fp8Observer):
+    """Running min / max of what it sees; scale = max(max(-min, max) * 2**backoff_margin / ((quant_max - quant_min)
+    / 2), eps), hardware-aligned; zero point 0."""
+
+    min_val: torch.Tensor
+    max_val: torch.Tensor
+
+    def _register_statistics(self, factory_kwargs: dict[str, Any]) -> None:
         self.register_buffer("min_val", torch.tensor(float("inf"), **factory_kwargs))
         self.register_buffer("max_val", torch.tensor(float("-inf"), **factory_kwargs))
-        self.backoff_margin = backoff_margin
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Records the running minimum and maximum of `x_orig` and returns it unchanged."""
@@ -112,12 +130,7 @@ class AbsMaxObserver(_ObserverBase):  # type: ignore[misc]
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         absmax = torch.max(-torch.clamp(self.min_val, max=0), torch.clamp(self.max_val, min=0))
-        scale = absmax / (float(self.quant_max - self.quant_min) / 2)
-        adjusted = torch.max(scale * (2 ** self.backoff_margin), self.eps)
-        if self.dtype in _FP8:
-            adjusted = _scale_to_pow2_hw(adjusted, self.dtype)
-        logger.debug("old_scale = %s, new_scale = %s", scale.item(), adjusted.item())
-        return adjusted, torch.zeros(self.max_val.size(), dtype=torch.int64, device=self.max_val.device.type)
+        return self._qparams(absmax / (float(self.quant_max - self.quant_min) / 2), self.max_val)
 
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
@@ -128,24 +141,14 @@ class AbsMaxObserver(_ObserverBase):  # type: ignore[misc]
         self.max_val.copy_(torch.tensor(float("-inf")))
 
 
-class SimpleAbsMaxObserver(_ObserverBase):  # type: ignore[misc]
+class SimpleAbsMaxObserver(_Fp8Observer):
     """Running absolute max of what it sees; scale = max(absmax * 2**backoff_margin / quant_max, eps),
     hardware-aligned; zero point 0."""
 
     abs_max_val: torch.Tensor
 
-    def __init__(self, dtype: torch.dtype = torch.float8_e4m3fn, qscheme: Any = torch.per_tensor_symmetric,
-                 reduce_range: bool = False, quant_min: float = torch.finfo(torch.float8_e4m3fn).min,
-                 quant_max: float = torch.finfo(torch.float8_e4m3fn).max, factory_kwargs: Any = None,
-                 eps: float = torch.finfo(torch.float32).eps, backoff_margin: float = 0, is_dynamic: bool = False,
-                 **kwargs: Any) -> None:
-        _check("SimpleAbsMaxObserver", dtype, qscheme, reduce_range, is_dynamic)
-        assert quant_min == -quant_max
-        super().__init__(dtype=dtype, qscheme=qscheme, reduce_range=reduce_range, quant_min=quant_min,
-                         quant_max=quant_max, factory_kwargs=factory_kwargs, eps=eps, is_dynamic=is_dynamic, **kwargs)
-        factory_kwargs = torch.nn.factory_kwargs(factory_kwargs)
+    def _register_statistics(self, factory_kwargs: dict[str, Any]) -> None:
         self.register_buffer("abs_max_val", torch.tensor(float("-inf"), **factory_kwargs))
-        self.backoff_margin = backoff_margin
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Records the running absolute maximum of `x_orig` and returns it unchanged."""
@@ -156,13 +159,7 @@ class SimpleAbsMaxObserver(_ObserverBase):  # type: ignore[misc]
         return x_orig
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = self.abs_max_val / float(self.quant_max)
-        adjusted = torch.max(scale * (2 ** self.backoff_margin), self.eps)
-        if self.dtype in _FP8:
-            adjusted = _scale_to_pow2_hw(adjusted, self.dtype)
-        logger.debug("old_scale = %s, new_scale = %s", scale.item(), adjusted.item())
-        return adjusted, torch.zeros(self.abs_max_val.size(), dtype=torch.int64,
-                                     device=self.abs_max_val.device.type)
+        return self._qparams(self.abs_max_val / float(self.quant_max), self.abs_max_val)
 
     def extra_repr(self) -> str:
         return f"abs_max_val={self.abs_max_val}"
