@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+from tests.layered_envs import installed_versions, layer_python
+
 THIRD_PARTY = Path(__file__).parent / "third_party"
 TORCHVISION_STANDIN = THIRD_PARTY / "torchvision_standin"
 OPTIMUM_HABANA = "1.21.2"
@@ -44,22 +46,12 @@ OPTIMUM_HABANA = "1.21.2"
 
 def optimum_python() -> str:
     """The interpreter optimum-habana's scripts run in: HPU_NB_OPTIMUM_PYTHON where it exists, else this one."""
-    named = os.environ.get("HPU_NB_OPTIMUM_PYTHON")
-    return named if named and Path(named).is_file() else sys.executable
+    return layer_python("HPU_NB_OPTIMUM_PYTHON")
 
 
-@functools.lru_cache(maxsize=1)
 def optimum_versions() -> dict[str, str | None]:
     """optimum-habana's and transformers' versions in that interpreter (None: not installed)."""
-    ask = ("import importlib.metadata as m, json\n"
-           "def version(name):\n"
-           "    try:\n"
-           "        return m.version(name)\n"
-           "    except m.PackageNotFoundError:\n"
-           "        return None\n"
-           "print(json.dumps({name: version(name) for name in ('optimum-habana', 'transformers')}))")
-    done = subprocess.run([optimum_python(), "-c", ask], capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(done.stdout)
+    return installed_versions(optimum_python(), ("optimum-habana", "transformers"))
 
 
 needs_optimum_habana = pytest.mark.skipif(

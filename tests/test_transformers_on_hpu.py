@@ -22,17 +22,17 @@ this test runs it in the layered environment.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.layered_envs import installed_versions, layer_python
 
 ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = Path(__file__).parent / "third_party"
@@ -41,22 +41,12 @@ NOTEBOOK = ROOT / "notebooks" / "07_gaudi_code_from_elsewhere.ipynb"
 
 def transformers_python() -> str:
     """The interpreter the scripts run in: HPU_NB_TRANSFORMERS_PYTHON where it exists, else this one."""
-    named = os.environ.get("HPU_NB_TRANSFORMERS_PYTHON")
-    return named if named and Path(named).is_file() else sys.executable
+    return layer_python("HPU_NB_TRANSFORMERS_PYTHON")
 
 
-@functools.lru_cache(maxsize=1)
 def versions() -> dict[str, str | None]:
     """transformers' and accelerate's versions in that interpreter (None: not installed)."""
-    ask = ("import importlib.metadata as m, json\n"
-           "def version(name):\n"
-           "    try:\n"
-           "        return m.version(name)\n"
-           "    except m.PackageNotFoundError:\n"
-           "        return None\n"
-           "print(json.dumps({name: version(name) for name in ('transformers', 'accelerate')}))")
-    done = subprocess.run([transformers_python(), "-c", ask], capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(done.stdout)
+    return installed_versions(transformers_python(), ("transformers", "accelerate"))
 
 
 def _missing() -> str | None:
