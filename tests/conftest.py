@@ -72,6 +72,25 @@ def _restore_default_autocast_lists() -> None:
             autocast.register(autocast.lists_from_environment({}))
 
 
+@pytest.fixture
+def fresh_compiler(monkeypatch: pytest.MonkeyPatch):
+    """dynamo's caches empty, the emulated hpu_backend's counters at zero, its dynamic-shape switch as the environment
+    says (for the tests of torch.compile's counters and dynamic-shape tools)."""
+    import torch._dynamo
+
+    from hpu_nb.runtime import compile_backend
+
+    monkeypatch.delenv(compile_backend.DYNAMIC_SHAPES_ENV, raising=False)
+    monkeypatch.setattr(compile_backend, "_dynamic_shapes", None)
+    monkeypatch.setattr(compile_backend, "_applied", False)
+    monkeypatch.setattr(compile_backend, "COUNTERS", compile_backend.CompileCounters())
+    saved = torch._dynamo.config.automatic_dynamic_shapes
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+    torch._dynamo.config.automatic_dynamic_shapes = saved
+
+
 # The fake habana_frameworks (a Gaudi we don't have) and a fake hl-smi, for the Gaudi-path tests.
 from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, no_gaudi  # noqa: E402, F401
 

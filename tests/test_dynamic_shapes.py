@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import lightning as L
-import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -19,22 +18,6 @@ from hpu_nb import HPUGraphMetrics
 from hpu_nb.notebook.info import format_metric, render_html, render_text
 from hpu_nb.runtime import compile_backend, get_backend
 from hpu_nb.runtime.info import collect_info
-
-
-@pytest.fixture
-def fresh_compiler(monkeypatch):
-    """Each test starts with dynamo's caches empty, our counters at zero and the switch as the environment says."""
-    import torch._dynamo
-
-    monkeypatch.delenv(compile_backend.DYNAMIC_SHAPES_ENV, raising=False)
-    monkeypatch.setattr(compile_backend, "_dynamic_shapes", None)
-    monkeypatch.setattr(compile_backend, "_applied", False)
-    monkeypatch.setattr(compile_backend, "COUNTERS", compile_backend.CompileCounters())
-    saved = torch._dynamo.config.automatic_dynamic_shapes
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-    torch._dynamo.config.automatic_dynamic_shapes = saved
 
 
 def compile_and_run(batch_sizes: list[int]) -> dict:

@@ -199,24 +199,6 @@ def test_const_section_serialization_keeps_habanas_settings_and_writes_nothing(t
 # ------------------------------------------------------------------------------------------------ compiled autograd
 
 
-@pytest.fixture
-def fresh_compiler(monkeypatch: pytest.MonkeyPatch):
-    """dynamo's caches empty, the emulated hpu_backend's counters at zero, its dynamic-shape switch as by default."""
-    import torch._dynamo
-
-    from hpu_nb.runtime import compile_backend
-
-    monkeypatch.delenv(compile_backend.DYNAMIC_SHAPES_ENV, raising=False)
-    monkeypatch.setattr(compile_backend, "_dynamic_shapes", None)
-    monkeypatch.setattr(compile_backend, "_applied", False)
-    monkeypatch.setattr(compile_backend, "COUNTERS", compile_backend.CompileCounters())
-    saved = torch._dynamo.config.automatic_dynamic_shapes
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-    torch._dynamo.config.automatic_dynamic_shapes = saved
-
-
 def test_enable_compiled_autograd_compiles_backward_with_hpu_backend(fresh_compiler, caplog) -> None:
     from habana_frameworks.torch.dynamo.compile_backend.experimental import enable_compiled_autograd
 
