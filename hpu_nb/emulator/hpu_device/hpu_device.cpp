@@ -260,7 +260,7 @@ C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl);
 // The hooks object is created by torch before any extension loads (torch._C's init asks getCUDAHooks()), so its
 // answer is changed in place: the isBuilt slot of its virtual table, found through the C++ ABI's member-pointer
 // encoding, is pointed at a function returning false (the page's protection is restored after).
-std::atomic<bool> g_beside_other_accelerator{false};  // another accelerator with a device keeps the question
+std::atomic<bool> g_hpu_is_the_accelerator{false};  // claim_accelerator settled it so: what HPU's isBuilt() answers
 
 bool answer_not_built(const void* /*hooks*/) {
   return false;
@@ -336,13 +336,6 @@ const at::AcceleratorHooksInterface& mps_hooks() { return at::detail::getMPSHook
 const OtherAccelerator kOtherAccelerators[] = {
     {"cuda", &cuda_hooks}, {"xpu", &xpu_hooks}, {"hip", &hip_hooks}, {"mps", &mps_hooks}};
 
-bool other_accelerator_built() {
-  for (const auto& other : kOtherAccelerators) {
-    if (other.hooks().isBuilt()) return true;
-  }
-  return false;
-}
-
 // Settles which accelerator torch serves now that the emulated card is used (see above). Returns a report: "hpu" when
 // HPU is the process's accelerator; "beside:<name>" when another accelerator with a usable device keeps it;
 // "refused:<name>:<why>" when another accelerator's answer could not be changed.
@@ -351,15 +344,14 @@ std::string claim_accelerator() {
     const at::AcceleratorHooksInterface& hooks = other.hooks();
     if (!hooks.isBuilt()) continue;
     if (hooks.isAvailable()) {
-      g_beside_other_accelerator = true;
       return std::string("beside:") + other.name;
     }
     const std::string why = answer_not_built_for(hooks);
     if (!why.empty()) {
-      g_beside_other_accelerator = true;
       return std::string("refused:") + other.name + ":" + why;
     }
   }
+  g_hpu_is_the_accelerator = true;
   return "hpu";
 }
 
@@ -367,7 +359,7 @@ struct HPUHooks final : at::HPUHooksInterface {
   HPUHooks(at::HPUHooksArgs) {}
   void init() const override {}
   bool isBuilt() const override {
-    return g_active.load() && !g_beside_other_accelerator.load() && !other_accelerator_built();
+    return g_hpu_is_the_accelerator.load();
   }
   bool isAvailable() const override {
     return g_active.load();
