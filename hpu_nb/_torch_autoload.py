@@ -17,6 +17,7 @@ import os
 # Importing this module ran hpu_nb/__init__.py: Lightning learns "hpu" when imported, and the emulated
 # habana_frameworks is findable.
 from hpu_nb.emulator import habana as emulated_habana
+from hpu_nb.runtime.habana_install import real_habana_spec
 
 AUTOLOAD_ENV = "HPU_NB_AUTOLOAD"
 GPU_MIGRATION_ENV = "PT_HPU_GPU_MIGRATION"  # read by habana_frameworks.torch (gpu_migration/__init__.py has the rule)
@@ -25,7 +26,7 @@ GPU_MIGRATION_ENV = "PT_HPU_GPU_MIGRATION"  # read by habana_frameworks.torch (g
 def load() -> None:
     if os.environ.get(AUTOLOAD_ENV, "1").strip() == "0":
         return
-    if emulated_habana.real_habana_spec() is not None:
+    if real_habana_spec() is not None:
         return  # Habana's software provides the hpu device (its own autoload entry point loads it)
     from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- lazy: never needed on a Gaudi
     from hpu_nb.runtime.generations import EMULATED_RELEASE  # noqa: PLC0415 -- lazy: never needed on a Gaudi

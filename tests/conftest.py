@@ -78,12 +78,13 @@ def fresh_compiler(monkeypatch: pytest.MonkeyPatch):
     says (for the tests of torch.compile's counters and dynamic-shape tools)."""
     import torch._dynamo
 
-    from hpu_nb.runtime import compile_backend
+    from hpu_nb.emulator import graph_compiler
+    from hpu_nb.runtime.env import DYNAMIC_SHAPES_ENV
 
-    monkeypatch.delenv(compile_backend.DYNAMIC_SHAPES_ENV, raising=False)
-    monkeypatch.setattr(compile_backend, "_dynamic_shapes", None)
-    monkeypatch.setattr(compile_backend, "_applied", False)
-    monkeypatch.setattr(compile_backend, "COUNTERS", compile_backend.CompileCounters())
+    monkeypatch.delenv(DYNAMIC_SHAPES_ENV, raising=False)
+    monkeypatch.setattr(graph_compiler, "_dynamic_shapes", None)
+    monkeypatch.setattr(graph_compiler, "_applied", False)
+    monkeypatch.setattr(graph_compiler, "COUNTERS", graph_compiler.CompileCounters())
     saved = torch._dynamo.config.automatic_dynamic_shapes
     torch._dynamo.reset()
     yield

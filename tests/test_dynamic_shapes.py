@@ -15,8 +15,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from hpu_nb import HPUGraphMetrics
+from hpu_nb.emulator import graph_compiler
 from hpu_nb.notebook.info import format_metric, render_html, render_text
-from hpu_nb.runtime import compile_backend, get_backend
+from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.info import collect_info
 
 
@@ -26,7 +27,7 @@ def compile_and_run(batch_sizes: list[int]) -> dict:
     for n in batch_sizes:
         out = compiled(torch.randn(n, 8, device="hpu"))
         assert out.device == torch.device("hpu", 0) and out.shape == (n, 1)
-    return compile_backend.stats()
+    return graph_compiler.stats()
 
 
 def test_switches_follow_habana(fresh_compiler, monkeypatch):
@@ -104,12 +105,12 @@ def train_compiled(epochs: int, callbacks: list | None = None) -> L.Trainer:
 
 def test_a_dynamic_model_compiles_less_with_the_switch_on(fresh_compiler, monkeypatch):
     train_compiled(epochs=1)
-    default = compile_backend.stats()["graph_compilation"]["TotalNumber"]
+    default = graph_compiler.stats()["graph_compilation"]["TotalNumber"]
     torch._dynamo.reset()
-    monkeypatch.setattr(compile_backend, "COUNTERS", compile_backend.CompileCounters())
-    compile_backend.set_dynamic_shapes(True)
+    monkeypatch.setattr(graph_compiler, "COUNTERS", graph_compiler.CompileCounters())
+    graph_compiler.set_dynamic_shapes(True)
     train_compiled(epochs=1)
-    refined = compile_backend.stats()["graph_compilation"]["TotalNumber"]
+    refined = graph_compiler.stats()["graph_compilation"]["TotalNumber"]
     assert refined < default, (refined, default)
 
 

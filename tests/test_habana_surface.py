@@ -202,7 +202,7 @@ def test_const_section_serialization_keeps_habanas_settings_and_writes_nothing(t
 def test_enable_compiled_autograd_compiles_backward_with_hpu_backend(fresh_compiler, caplog) -> None:
     from habana_frameworks.torch.dynamo.compile_backend.experimental import enable_compiled_autograd
 
-    from hpu_nb.runtime import compile_backend
+    from hpu_nb.emulator import graph_compiler
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to("hpu")
@@ -216,9 +216,9 @@ def test_enable_compiled_autograd_compiles_backward_with_hpu_backend(fresh_compi
         assert "Enabling CompiledAutograd for hpu_backend with torch.compile" in caplog.text
         assert torch._dynamo.config.optimize_ddp == "python_reducer"
         assert torch._C._get_autograd_fallback_mode() == "nothing"
-        before = compile_backend.stats()["graph_compilation"]["TotalNumber"]
+        before = graph_compiler.stats()["graph_compilation"]["TotalNumber"]
         torch.compile(model, backend="hpu_backend")(x).sum().backward()
-        compiled = compile_backend.stats()["graph_compilation"]["TotalNumber"] - before
+        compiled = graph_compiler.stats()["graph_compilation"]["TotalNumber"] - before
         assert compiled == 2  # the forward graph, and the backward graph compiled autograd captured
         for expected, parameter in zip(eager, model.parameters()):
             torch.testing.assert_close(parameter.grad.cpu(), expected)

@@ -6,10 +6,11 @@ memory_stats); only the facts about the machine come from the emulation's config
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from hpu_nb.emulator import graph_compiler, hpu_device
 from hpu_nb.emulator import habana as emulated_habana
-from hpu_nb.emulator import hpu_device
 from hpu_nb.emulator.fp8.engine import EmulatedFp8Engine
 from hpu_nb.emulator.hpu_device import autocast
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, Versions, python_stack_versions
@@ -66,6 +67,10 @@ class EmulatedBackend(DeviceBackend):
     def release(self) -> Release:
         """The emulated Gaudi behaves as today's software does (eager by default, 1.19+ op-list variables)."""
         return EMULATED_RELEASE
+
+    def graph_compiler(self) -> Callable[..., Any]:
+        """AOTAutograd graphs run with the device's kernels, counted as Habana's graph compiler counts."""
+        return graph_compiler.emulated_hpu_backend
 
     def fp8_engine(self) -> Any:
         """fp8 numerics on the CPU, in layers and files shaped like Habana's transformer engine and INC's."""

@@ -44,7 +44,7 @@ _LAZY = {
     "is_out_of_memory": "hpu_nb.runtime.base",
     "GENERATIONS": "hpu_nb.runtime.generations",
     "Generation": "hpu_nb.runtime.generations",
-    "cache_dir": "hpu_nb.emulator.hpu_device.build",  # hpu_nb's cache directory (HPU_NB_CACHE_DIR, ~/.cache/hpu_nb)
+    "cache_dir": "hpu_nb.runtime.env",  # hpu_nb's cache directory (HPU_NB_CACHE_DIR, ~/.cache/hpu_nb)
 }
 
 
@@ -63,36 +63,32 @@ _lock = threading.Lock()
 
 
 def _create_backend() -> DeviceBackend:
+    """The one place that picks a backend, and the only import of the emulated Gaudi from the runtime."""
     choice = os.environ.get("HPU_NB_BACKEND", "auto").strip().lower() or "auto"
     if choice not in BACKEND_CHOICES:
         raise ValueError(f"HPU_NB_BACKEND={choice!r} is not valid; choose one of: {', '.join(BACKEND_CHOICES)}.")
-    if choice == "emulated":
-        from hpu_nb.emulator.backend import EmulatedBackend  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
+    if choice != "emulated":
+        # Lazy, as every import below: the package is imported by torch's autoload, which must stay cheap.
+        from hpu_nb.runtime.base import HPUNotAvailableError  # noqa: PLC0415
+        from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi  # noqa: PLC0415
 
-        return EmulatedBackend()
-    from hpu_nb.runtime.gaudi import GaudiBackend, probe_gaudi  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
-
-    if real_habana_spec() is not None:  # before Habana's import, whose HCCL module does int(PT_HPU_LAZY_MODE)
-        lazy_mode_from_env(default=False)  # only checks the value: the mode is Habana's to decide
-    found, reason = probe_gaudi()
-    if found:
-        return GaudiBackend()
-    if choice == "gaudi":
-        from hpu_nb.runtime.base import HPUNotAvailableError  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
-
-        raise HPUNotAvailableError(
-            f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
-            "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
-        )
-    if real_habana_spec() is not None:
-        from hpu_nb.runtime.base import HPUNotAvailableError  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
-
-        raise HPUNotAvailableError(
-            f"Habana's software is installed but no Gaudi can be used here: {reason}. The emulated Gaudi cannot run"
-            " beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python with"
-            " PT_HPU_AUTOLOAD=0 and HPU_NB_BACKEND=emulated to train on the emulated Gaudi."
-        )
-    from hpu_nb.emulator.backend import EmulatedBackend  # noqa: PLC0415 -- lazy: keeps the package cheap (_LAZY)
+        if real_habana_spec() is not None:  # before Habana's import, whose HCCL module does int(PT_HPU_LAZY_MODE)
+            lazy_mode_from_env(default=False)  # only checks the value: the mode is Habana's to decide
+        found, reason = probe_gaudi()
+        if found:
+            return GaudiBackend()
+        if choice == "gaudi":
+            raise HPUNotAvailableError(
+                f"HPU_NB_BACKEND=gaudi but no Gaudi can be used here: {reason}. "
+                "Unset HPU_NB_BACKEND (or set it to 'emulated') to use the emulated Gaudi on the CPU."
+            )
+        if real_habana_spec() is not None:
+            raise HPUNotAvailableError(
+                f"Habana's software is installed but no Gaudi can be used here: {reason}. The emulated Gaudi cannot"
+                " run beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python"
+                " with PT_HPU_AUTOLOAD=0 and HPU_NB_BACKEND=emulated to train on the emulated Gaudi."
+            )
+    from hpu_nb.emulator.backend import EmulatedBackend  # noqa: PLC0415
 
     return EmulatedBackend()
 

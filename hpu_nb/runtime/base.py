@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -142,6 +142,11 @@ class DeviceBackend(ABC):
 
     @abstractmethod
     def versions(self) -> Versions: ...
+
+    # -- torch.compile -----------------------------------------------------------------------------------------------
+    @abstractmethod
+    def graph_compiler(self) -> Callable[..., Any]:
+        """The function torch.compile(backend="hpu_backend") runs with this device's software."""
 
     # -- fp8 ---------------------------------------------------------------------------------------------------------
     @abstractmethod

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 # name -> what it does; shown by %hpu_info next to the current value.
 FLAGS: dict[str, str] = {
     "HPU_NB_BACKEND": "hpu_nb: auto | gaudi | emulated (which device backend to use)",
     "HPU_NB_DEVICE": "hpu_nb: gaudi | gaudi2 | gaudi3 (the generation the emulated Gaudi pretends to be)",
     "HPU_NB_DEVICE_COUNT": "hpu_nb: how many emulated cards exist (default 8; devices='auto' uses 1 unless set)",
+    "HPU_NB_CACHE_DIR": "hpu_nb: where the emulated device's library and fp8 measurements are cached (default"
+    " ~/.cache/hpu_nb)",
     "HPU_NB_MEMORY_LIMIT": "hpu_nb: memory Limit of each emulated card, e.g. 512MiB or 2GiB",
     "PT_HPU_LAZY_MODE": "0 eager / torch.compile (default since Gaudi software 1.21); 1 lazy graph mode (legacy)",
     "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": "file of ATen op names that autocast runs in bf16/fp16 (replaces the"
@@ -36,6 +39,30 @@ FLAGS: dict[str, str] = {
 def flag_values() -> dict[str, str | None]:
     """Current value of every flag in FLAGS (None when unset)."""
     return {name: os.environ.get(name) for name in FLAGS}
+
+
+# Habana's boolean switches read "1", "y", "yes", "t", "true" or "on" (any case) as on, anything else as off.
+_TRUE = ("1", "y", "yes", "t", "true", "on")
+
+
+def is_true(value: str | None) -> bool:
+    """A Habana boolean environment value, read as Habana's software reads it (unset is off)."""
+    return (value or "").strip().lower() in _TRUE
+
+
+DYNAMIC_SHAPES_ENV = "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES"  # torch.compile's dynamic shapes on hpu (off by default)
+
+CACHE_ENV = "HPU_NB_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """hpu_nb's cache directory (the emulated device's library, fp8 measurements): $HPU_NB_CACHE_DIR, else
+    $XDG_CACHE_HOME/hpu_nb, else ~/.cache/hpu_nb."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hpu_nb"
 
 
 VISIBLE_MODULES_ENV = "HABANA_VISIBLE_MODULES"

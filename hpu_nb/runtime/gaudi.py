@@ -18,15 +18,16 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from hpu_nb.emulator.habana import is_emulated_module, real_habana_spec
 from hpu_nb.runtime import hlml, hlsmi
 from hpu_nb.runtime.base import DeviceBackend, DeviceFacts, HPUNotAvailableError, Versions, python_stack_versions
-from hpu_nb.runtime.compile_backend import make_way_for_habana
+from hpu_nb.runtime.compile_backend import habanas_for_torch, make_way_for_habana
 from hpu_nb.runtime.env import visible_modules
 from hpu_nb.runtime.generations import GENERATIONS, Generation, Release, generation_from_name, release_from_version
+from hpu_nb.runtime.habana_install import is_emulated, real_habana_spec
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def _import_runtime() -> tuple[Any, Any]:
     make_way_for_habana()  # Habana registers "hpu_backend" on import; torch may have registered hpu_nb's meanwhile
     htcore = importlib.import_module(CORE_MODULE)
     hthpu = importlib.import_module(HPU_MODULE)
-    if is_emulated_module(hthpu):
+    if is_emulated(hthpu):
         raise ImportError("habana_frameworks here is hpu_nb's emulated surface, not Habana's software")
     return htcore, hthpu
 
@@ -141,6 +142,10 @@ class GaudiBackend(DeviceBackend):
         for old, new in release.ignored_op_list_envs(os.environ):
             warnings.warn(f"{old} is not read by Gaudi software {release} (1.19 and newer): name the file in {new}"
                           " instead; the default list is in force.", stacklevel=3)
+
+    def graph_compiler(self) -> Callable[..., Any]:
+        """Habana's hpu_backend, which its core registered when this backend imported it."""
+        return habanas_for_torch()
 
     def fp8_engine(self) -> Any:
         """Habana's transformer engine for training, Intel Neural Compressor for inference."""

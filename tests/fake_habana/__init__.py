@@ -109,10 +109,10 @@ def _write_distribution(config: Any) -> None:
 
 
 def _is_fake_or_emulated(module: Any) -> bool:
-    from hpu_nb.emulator.habana import is_emulated_module
+    from hpu_nb.emulator.habana import ROOT, TE_ROOT
 
     paths = [str(p) for p in (getattr(module, "__path__", None) or [getattr(module, "__file__", "") or ""])]
-    return is_emulated_module(module) or all(p.startswith(SITE) for p in paths)
+    return all(p.startswith((SITE, str(ROOT), str(TE_ROOT))) for p in paths)
 
 
 @contextlib.contextmanager
@@ -203,7 +203,7 @@ def _as_on_a_gaudi_process_start() -> None:
 @contextlib.contextmanager
 def block_habana() -> Iterator[None]:
     """A machine without Gaudi software: no `habana_frameworks` on sys.path (the emulated surface still answers)."""
-    from hpu_nb.emulator.habana import real_habana_spec
+    from hpu_nb.runtime.habana_install import real_habana_spec
 
     if real_habana_spec() is not None:
         raise RuntimeError("habana_frameworks is installed on sys.path: uninstall the fake first")

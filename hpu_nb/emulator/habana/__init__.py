@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# Asked by the finder so as never to shadow Habana's package; re-exported for callers that asked it here before.
-from hpu_nb.runtime.habana_install import HABANA_PACKAGE
-from hpu_nb.runtime.habana_install import real_habana_spec as real_habana_spec
+# Asked by the finder so as never to shadow Habana's package.
+from hpu_nb.runtime.habana_install import HABANA_PACKAGE, is_emulated, real_habana_spec
 
 PACKAGE = HABANA_PACKAGE
 ROOT = Path(__file__).with_name(PACKAGE)
@@ -28,11 +27,6 @@ HPU_MODULE = "habana_frameworks.torch.hpu"
 # The package Habana's transformer engine is a shim over (1.19+); fp8 checks (accelerate) look for it by name.
 TE_PACKAGE = "intel_transformer_engine"
 TE_ROOT = Path(__file__).with_name(TE_PACKAGE)
-
-
-def is_emulated_module(module: Any) -> bool:
-    """Whether `module` comes from this emulated surface."""
-    return str(getattr(module, "__file__", "") or "").startswith((str(ROOT), str(TE_ROOT)))
 
 
 class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on torch's autoload path)
@@ -78,7 +72,7 @@ def load_surface() -> tuple[Any, Any]:
     Refuses when a non-emulated `habana_frameworks` is already imported: it owns `torch.hpu` and the hpu device.
     """
     loaded = sys.modules.get(PACKAGE)
-    if loaded is not None and not is_emulated_module(loaded):
+    if loaded is not None and not is_emulated(loaded):
         raise HabanaConflictError(
             f"Habana's software ({getattr(loaded, '__file__', PACKAGE)}) is already imported in this process and owns"
             " the `hpu` device, so the emulated Gaudi cannot run here. Start a new Python with PT_HPU_AUTOLOAD=0 and"

@@ -31,12 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-# torch is imported where it is needed: the compiler's guard runs this file as a script (`python -S`, no site-packages)
-# and must start without it. The standard modules above are loaded by `import torch` anyway (torch's autoload imports
-# this module on every `import torch` to find the built library: benchmarks/bench_autoload.py).
+from hpu_nb.runtime.env import CACHE_ENV, cache_dir
+
+# torch is imported where it is needed. The standard modules above are loaded by `import torch` anyway (torch's
+# autoload imports this module on every `import torch` to find the built library: benchmarks/bench_autoload.py).
 
 SOURCE = Path(__file__).with_name("hpu_device.cpp")
-CACHE_ENV = "HPU_NB_CACHE_DIR"
+GUARD_SCRIPT = Path(__file__).with_name("compiler_guard.py")
 PARTIAL_PREFIX = ".partial-"
 NO_COMPILER_HELP = (
     "Install one and run again: `apt-get install g++` (Debian/Ubuntu), `dnf install gcc-c++` (Fedora/RHEL), or"
@@ -48,15 +49,6 @@ NO_COMPILER_HELP = (
 
 class DeviceBuildError(RuntimeError):
     """The emulated hpu device could not be compiled (no C++ compiler, no writable cache, or the compiler failed)."""
-
-
-def cache_dir() -> Path:
-    """Where built libraries live: $HPU_NB_CACHE_DIR, else $XDG_CACHE_HOME/hpu_nb, else ~/.cache/hpu_nb."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hpu_nb"
 
 
 def fallback_cache_dir() -> Path:
@@ -80,7 +72,7 @@ def _compiler() -> str | None:
 
 def library_name() -> str:
     """The library's file name for this source and this torch."""
-    import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
+    import torch  # noqa: PLC0415 -- lazy: torch's autoload imports this module while torch loads
 
     key = hashlib.sha256()
     key.update(SOURCE.read_bytes())
@@ -198,7 +190,7 @@ def _cpp_extension() -> ModuleType:
 
 
 def compile_command(compiler: str, output: Path) -> list[str]:
-    import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
+    import torch  # noqa: PLC0415 -- lazy: torch's autoload imports this module while torch loads
 
     cpp_extension = _cpp_extension()
 
@@ -323,10 +315,11 @@ def _remove_tree(path: Path) -> None:
 
 
 def _run_guarded(command: list[str]) -> tuple[int, str]:
-    """Run the compiler under a guard process (this file run as a script) that dies with us and takes the compiler's
-    whole process group (driver, cc1plus, as, ld) with it. On an exception here (Ctrl-C) the guard is stopped too."""
+    """Run the compiler under a guard process (compiler_guard.py, run as a script) that dies with us and takes the
+    compiler's whole process group (driver, cc1plus, as, ld) with it. On an exception here (Ctrl-C) the guard is
+    stopped too."""
     guard = subprocess.Popen(
-        [sys.executable, "-S", __file__, "--guard", str(os.getpid()), *command],
+        [sys.executable, "-S", str(GUARD_SCRIPT), str(os.getpid()), *command],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent_hook(),
     )
     try:
@@ -348,27 +341,8 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return lambda: prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
 
 
-def _guard(parent: int, command: list[str]) -> int:
-    """Run `command` in a process group of its own; on SIGTERM/SIGINT/SIGHUP (or `parent` gone) kill that group."""
-    compiler = subprocess.Popen(command, start_new_session=True)
-
-    def stop(signum: int, frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(compiler.pid, signal.SIGKILL)
-        os._exit(128 + signum)  # no wait() here: the main thread may be inside it
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, stop)
-    if os.getppid() != parent:  # the building process died before the handlers were set
-        stop(signal.SIGTERM, None)
-    return compiler.wait()
-
-
 def _torch_version() -> str:
-    import torch  # noqa: PLC0415 -- lazy: the compiler's guard runs this file without torch (python -S)
+    import torch  # noqa: PLC0415 -- lazy: torch's autoload imports this module while torch loads
 
     return torch.__version__
 
-
-if __name__ == "__main__" and sys.argv[1:2] == ["--guard"]:
-    sys.exit(_guard(int(sys.argv[2]), sys.argv[3:]))

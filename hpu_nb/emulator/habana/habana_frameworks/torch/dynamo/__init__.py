@@ -4,7 +4,8 @@ torch also finds the emulated backend through hpu_nb's `torch_dynamo_backends` e
 code that imports Habana's module explicitly (`import habana_frameworks.torch.dynamo`).
 """
 
-from hpu_nb.runtime.compile_backend import hpu_backend, register  # noqa: F401
+from hpu_nb.emulator.graph_compiler import emulated_hpu_backend as hpu_backend  # noqa: F401
+from hpu_nb.emulator.graph_compiler import register
 
 __emulated__ = True
 register()

@@ -20,8 +20,8 @@ import torch
 from habana_frameworks.torch.utils.internal import is_lazy
 from torch.utils.checkpoint import DefaultDeviceType
 
-from hpu_nb.emulator import hpu_device
-from hpu_nb.runtime import compile_backend, env
+from hpu_nb.emulator import graph_compiler, hpu_device
+from hpu_nb.runtime import env
 
 __emulated__ = True
 from habana_frameworks.torch.hpu import metrics  # noqa: F401  (hthpu.metrics.metric_global, as Habana's)
@@ -331,15 +331,15 @@ from habana_frameworks.torch.hpu.random import (  # noqa: E402, F401
 
 # -- dynamic shapes: Habana's switch; on the emulated Gaudi it governs the emulated hpu_backend's recompilations -------
 def enable_dynamic_shape() -> None:
-    compile_backend.set_dynamic_shapes(True)
+    graph_compiler.set_dynamic_shapes(True)
 
 
 def disable_dynamic_shape() -> None:
-    compile_backend.set_dynamic_shapes(False)
+    graph_compiler.set_dynamic_shapes(False)
 
 
 def get_dynamic_shape_status() -> bool:
-    return compile_backend.dynamic_shapes_enabled()
+    return graph_compiler.dynamic_shapes_enabled()
 
 
 # -- autocast state of the hpu device, as Habana's hpu module reads and sets it (torch's own per-device state) -------

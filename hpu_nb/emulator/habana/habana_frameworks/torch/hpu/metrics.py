@@ -2,7 +2,7 @@
 
 `metric_global(name)` returns None for a name this release does not know, as Habana's does; "recipe_cache" exists only
 with PT_HPU_ENABLE_CACHE_METRICS=1. graph_compilation / recipe_cache count the emulated `hpu_backend`'s work
-(hpu_nb.runtime.compile_backend: torch.compile compilations, recompilations and compiled-graph reuse): the emulated
+(hpu_nb.emulator.graph_compiler: torch.compile compilations, recompilations and compiled-graph reuse): the emulated
 card runs everything else eagerly, so it compiles nothing else, falls back to the CPU for nothing and never
 defragments its memory. Each metric says so in its repr (`what_it_sees()` gives the sentence): a zero here means
 "not seen on the emulated card", not "none on a Gaudi".
@@ -16,12 +16,12 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from hpu_nb.runtime import compile_backend
+from hpu_nb.emulator import graph_compiler
+from hpu_nb.runtime.env import is_true
 
 __emulated__ = True
 __all__ = ["metric_global", "metric_localcontext", "metrics_dump"]
 CACHE_METRICS_ENV = "PT_HPU_ENABLE_CACHE_METRICS"
-_TRUE = ("1", "y", "yes", "t", "true", "on")
 
 
 _SEES = {
@@ -47,7 +47,7 @@ class Metric:
 
     def _current(self) -> dict[str, Any]:
         """The counters under Habana's tags, in Habana's order (bridge: hpu/metrics/metrics.py), and no others."""
-        counted = compile_backend.stats()
+        counted = graph_compiler.stats()
         if self._name == "graph_compilation":
             graphs = counted["graph_compilation"]
             return {tag: graphs[tag] for tag in ("TotalNumber", "TotalTime", "AvgTime")}
@@ -87,7 +87,7 @@ class Metric:
 
 def _known() -> tuple[str, ...]:
     names = ("graph_compilation", "cpu_fallback", "memory_defragmentation")
-    if os.environ.get(CACHE_METRICS_ENV, "").strip().lower() in _TRUE:
+    if is_true(os.environ.get(CACHE_METRICS_ENV)):
         names += ("recipe_cache",)
     return names
 

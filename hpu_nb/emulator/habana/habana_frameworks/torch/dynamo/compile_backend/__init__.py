@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import os
 
-from hpu_nb.runtime.compile_backend import register
+from hpu_nb.emulator.graph_compiler import register
+from hpu_nb.runtime.env import is_true
 
 __emulated__ = True
 COMPILED_AUTOGRAD_ENV = "PT_HPU_ENABLE_COMPILED_AUTOGRAD"
 
 register()
 
-if os.environ.get(COMPILED_AUTOGRAD_ENV, "").strip().lower() in ("1", "y", "yes", "t", "true", "on"):
+if is_true(os.environ.get(COMPILED_AUTOGRAD_ENV)):
     from habana_frameworks.torch.dynamo.compile_backend.experimental import enable_compiled_autograd
 
     enable_compiled_autograd()

@@ -29,7 +29,7 @@ from habana_frameworks.torch.hpu.graphs import input_hash
 from habana_frameworks.torch.hpu.metrics import metric_localcontext
 from torch.utils.data import DataLoader
 
-from hpu_nb.runtime import compile_backend
+from hpu_nb.emulator import graph_compiler
 
 __emulated__ = True
 TAG = "[DETECT_RECOMPILE_AUTO]"
@@ -146,7 +146,7 @@ def _would_recompile_on_a_gaudi(detector: _Detector) -> str:
     else:
         where = ("A Gaudi compiles a new graph for each of these where the module runs compiled (torch.compile"
                  " without dynamic shapes, or lazy mode); run eagerly, as here, it compiles none")
-    if compile_backend.dynamic_shapes_enabled():
+    if graph_compiler.dynamic_shapes_enabled():
         where += "; with dynamic shapes on, a dynamic recipe may serve some of them without recompiling"
     header = [["Step", "Module with a new input signature", "Class"]]
     return f"{TAG} Not compiled on the emulated Gaudi, new input signatures after the first step. {where}:\n" + \
