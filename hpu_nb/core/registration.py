@@ -45,7 +45,7 @@ from hpu_nb.core.trainer_output import install as install_trainer_output
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.habana_install import real_habana_spec
 
-SUPPORTED_LIGHTNING = ((2, 6), (2, 7))  # [low, high)
+DISTRIBUTION = "hpu_nb"
 
 # Strategy modules; each lists its Strategy classes in __all__.
 STRATEGY_MODULES = (
@@ -66,17 +66,25 @@ _ACCEPTED = (Strategy, FabricStrategy, Accelerator, Precision, TrainerPrecision,
              LayerSync)
 
 
-def lightning_version() -> tuple[int, ...]:
-    parts = []
-    for piece in lightning_pytorch_version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
+def supported_lightning() -> str:
+    """The Lightning releases hpu_nb is tested with, as pyproject.toml's dependency says ("<2.7,>=2.6"), or "" where
+    hpu_nb runs without its metadata (a source tree on sys.path): then no release is called untested."""
+    from importlib.metadata import PackageNotFoundError, requires  # noqa: PLC0415 -- lazy: asked once, at hooking
+
+    from packaging.requirements import Requirement  # noqa: PLC0415 -- lazy: as above
+
+    name = "lightning" if FLAVOUR == "lightning" else "pytorch-lightning"
+    try:
+        required = [Requirement(line) for line in requires(DISTRIBUTION) or ()]
+    except PackageNotFoundError:
+        return ""
+    return next((str(req.specifier) for req in required if req.name == name and not req.marker), "")
 
 
 def is_supported_lightning() -> bool:
-    low, high = SUPPORTED_LIGHTNING
-    return low <= lightning_version()[:2] < high
+    from packaging.specifiers import SpecifierSet  # noqa: PLC0415 -- lazy: asked once, at hooking
+
+    return SpecifierSet(supported_lightning()).contains(lightning_pytorch_version, prereleases=True)
 
 
 def register_all() -> None:
@@ -146,7 +154,7 @@ def _hook_connector(
     missing = [name for name in _HOOKED_METHODS if not hasattr(connector, name)]
     if missing or not is_supported_lightning():
         warnings.warn(
-            f"hpu_nb supports Lightning 2.6.x; this is Lightning {lightning_pytorch_version}"
+            f"hpu_nb is tested with Lightning {supported_lightning()}; this is Lightning {lightning_pytorch_version}"
             + (f", whose {owner} connector lacks {', '.join(missing)}" if missing else "")
             + ". "
             + (f"{owner}(accelerator='hpu') cannot be wired up: pass strategy=SingleHPUStrategy() explicitly."

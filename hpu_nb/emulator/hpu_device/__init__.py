@@ -22,6 +22,7 @@ import torch
 # build (where the library is) and hccl (what torch's autoload registers) only: torch's autoload imports this package on
 # every `import torch`; the device's other parts load when it is first used (benchmarks/bench_autoload.py).
 from hpu_nb.emulator.hpu_device import build, hccl
+from hpu_nb.runtime.base import MEMORY_STAT_KEYS  # the device's counters come back in this order
 from hpu_nb.runtime.env import parse_size
 from hpu_nb.runtime.generations import GENERATIONS, Generation
 
@@ -42,10 +43,6 @@ __all__ = [
 DEFAULT_GENERATION = "gaudi2"
 DEFAULT_DEVICE_COUNT = 8  # an HLS box: what hl-smi would list
 MAX_DEVICE_COUNT = 64  # emulated cards on one machine; a Gaudi server has 8
-MEMORY_STAT_KEYS = (
-    "Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs", "MaxAllocSize",
-    "TotalSystemAllocs", "TotalSystemFrees", "TotalActiveAllocs",
-)
 
 
 class DeviceConflictError(RuntimeError):
