@@ -331,3 +331,85 @@ def test_device_arguments_and_log_levels_as_the_toolkit_reads_them(tmp_path: Pat
         loud.record("hpu_modified", "torch.cuda.device_count", None, "count")  # this line: written once
     assert [m.group("call") for m in RECORD.finditer(loud.path.read_text())] == ["torch.cuda.device_count()"]
     assert "[hpu_modified]" not in capsys.readouterr().out  # level 2 does not echo
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_torch_amp_grad_scaler_for_cuda_is_disabled_and_lightning_auto_is_one_hpu(tmp_path: Path) -> None:
+    """torch.amp.GradScaler("cuda") (torch's spelling since 2.3; torch.cuda.amp.GradScaler is its alias) is disabled
+    as the toolkit disables the scaler, so CUDA's fp16 recipe steps on the card; Lightning's accelerator="auto" is the
+    HPU with HPUAccelerator's devices="auto" (one emulated card), not CUDAAccelerator over torch.cuda.device_count()."""
+    code = textwrap.dedent('''
+        import json, warnings
+        import habana_frameworks.torch.gpu_migration  # noqa: F401
+        import torch
+        import lightning as L
+
+        def train(make_scaler):
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 1).to("cuda")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            x, y = torch.randn(32, 8, device="cuda"), torch.randn(32, 1, device="cuda")
+            scaler = make_scaler()
+            for _ in range(3):
+                optimizer.zero_grad()
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+                if scaler is None:
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+            return scaler, model.weight.detach().cpu()
+
+        _, plain = train(lambda: None)
+        scaler, scaled = train(lambda: torch.amp.GradScaler("cuda"))
+        default, _ = train(lambda: torch.amp.GradScaler())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            state = scaler.state_dict()
+        report = {"enabled": [scaler.is_enabled(), default.is_enabled(), torch.amp.GradScaler("hpu").is_enabled(),
+                              torch.amp.GradScaler("cuda", enabled=False).is_enabled()],
+                  "same_weights": torch.equal(plain, scaled), "state": state,
+                  "warned": any("GradScaler is not applicable to HPU" in str(w.message) for w in caught)}
+        trainer = L.Trainer(accelerator="auto", devices="auto", logger=False, enable_checkpointing=False)
+        fabric = L.Fabric(accelerator="auto", devices="auto")
+        report["trainer"] = [type(trainer.accelerator).__name__, trainer.num_devices, str(trainer.strategy.root_device)]
+        report["fabric"] = [type(fabric.accelerator).__name__, str(fabric.device)]
+        report["cuda_count"] = torch.cuda.device_count()
+        print(json.dumps(report))
+    ''')
+    logs = tmp_path / "habana_logs"
+    result = _run(code, tmp_path, {"GPU_MIGRATION_LOG_LEVEL": "3", "HABANA_LOGS": str(logs)})
+    report = _report(result)
+    # Disabled where it scales CUDA's gradients (the default device is cuda); a scaler for hpu is torch's own.
+    assert report["enabled"] == [False, False, True, False]
+    # Disabled means scale() returns the loss and step() is the optimizer's: the same weights as no scaler at all.
+    assert report["same_weights"] is True
+    assert report["state"] == {"scale": 1.0, "growth_factor": None, "backoff_factor": None, "growth_interval": None,
+                               "_growth_tracker": 0} and report["warned"] is True
+    # torch.cuda reports the emulated machine's cards; Lightning's auto trains on HPUAccelerator's auto count (one).
+    assert report["cuda_count"] == 8
+    assert report["trainer"] == ["HPUAccelerator", 1, "hpu:0"] and report["fabric"] == ["HPUAccelerator", "hpu:0"]
+    [log] = _logs(logs)
+    records = {(m.group("type"), m.group("call")) for m in RECORD.finditer(log.read_text())}
+    assert ("hpu_modified", "torch.amp.GradScaler.__init__(device=cuda, init_scale=65536.0, growth_factor=2.0,"
+            " backoff_factor=0.5, growth_interval=2000, enabled=True, )") in records
+
+
+def test_lightning_auto_means_hpu_where_the_migration_toolkit_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process: the rule reads only whether the toolkit module is loaded (a stand-in here: importing the real one
+    would migrate this test process for good)."""
+    import lightning as L
+
+    from hpu_nb.core import registration
+
+    registration.register_all()
+    before = L.Trainer(accelerator="auto", devices="auto", logger=False, enable_checkpointing=False)
+    monkeypatch.setitem(sys.modules, registration.GPU_MIGRATION_MODULE, ModuleType(registration.GPU_MIGRATION_MODULE))
+    after = L.Trainer(accelerator="auto", devices="auto", logger=False, enable_checkpointing=False)
+    assert type(before.accelerator).__name__ != "HPUAccelerator"
+    assert (type(after.accelerator).__name__, after.num_devices, after.strategy.root_device.type) == (
+        "HPUAccelerator", 1, "hpu")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -188,7 +189,7 @@ def _hook_connector(
             call.arguments["accelerator"] = accelerator = "hpu"
             args, kwargs = call.args[1:], call.kwargs
         kept = selection.hpu_only_precision(precision)
-        on_hpu = selection.is_hpu_accelerator(accelerator) or (accelerator in ("auto", None) and _real_gaudi_present())
+        on_hpu = selection.is_hpu_accelerator(accelerator) or (accelerator in ("auto", None) and _auto_means_hpu())
         if kept is None or not on_hpu:
             return original_flags(self, *args, **kwargs)
         call.arguments["precision"] = None  # a name Lightning does not know: it is set below instead
@@ -215,7 +216,7 @@ def _hook_connector(
 
     @functools.wraps(original_auto)
     def _choose_auto_accelerator(*args: Any) -> str:
-        if _real_gaudi_present():
+        if _auto_means_hpu():
             return "hpu"
         return original_auto(*args)
 
@@ -256,3 +257,15 @@ def _real_gaudi_present() -> bool:
         return get_backend().name == "gaudi"
     except Exception:
         return False
+
+
+GPU_MIGRATION_MODULE = "habana_frameworks.torch.gpu_migration"
+
+
+def _auto_means_hpu() -> bool:
+    """accelerator="auto" means HPU on a real Gaudi, and in a process running Habana's GPU Migration Toolkit (its
+    own choice to run CUDA code on the Gaudi). The toolkit makes torch.cuda answer for the HPU, so Lightning alone
+    would pick CUDAAccelerator over torch.cuda.device_count() cards; on Habana's software Lightning's auto choice
+    asks for the HPU before CUDA (lightning-habana's accelerator; hpu_nb's on a Gaudi), and devices="auto" is then
+    HPUAccelerator's: every card on a Gaudi, one on the emulated Gaudi unless HPU_NB_DEVICE_COUNT asks for more."""
+    return GPU_MIGRATION_MODULE in sys.modules or _real_gaudi_present()

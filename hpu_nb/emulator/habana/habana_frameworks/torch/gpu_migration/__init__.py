@@ -3,10 +3,11 @@
 `import habana_frameworks.torch.gpu_migration` (or PT_HPU_GPU_MIGRATION=1, which the bridge reads when
 habana_frameworks.torch is imported) makes CUDA-written code run on `hpu`, as the toolkit does on a Gaudi:
 `torch.cuda.*` answers for the (emulated) card; `device="cuda"`, `.to("cuda")`, `.cuda()` land on hpu;
-`torch.autocast("cuda")` and `torch.cuda.amp.autocast` run Habana's bf16 autocast; `torch.cuda.amp.GradScaler` is
-disabled; NCCL is HCCL. GPU_MIGRATION_LOG_LEVEL=1|2|3 logs every migrated call (see _log). Importing it changes
-this process for good, as Habana's does; a process that neither imports it nor sets the variable is left alone
-(torch.cuda stays torch's).
+`torch.autocast("cuda")` and `torch.cuda.amp.autocast` run Habana's bf16 autocast; a GradScaler for cuda
+(`torch.amp.GradScaler("cuda")`, `torch.cuda.amp.GradScaler`) is disabled; NCCL is HCCL (and Lightning's
+accelerator="auto" is the HPU: hpu_nb.core.registration). GPU_MIGRATION_LOG_LEVEL=1|2|3 logs every migrated call
+(see _log). Importing it changes this process for good, as Habana's does; a process that neither imports it nor sets
+the variable is left alone (torch.cuda stays torch's).
 
 Modelled on Habana's toolkit (shipped in Intel's Gaudi images, not in the public bridge repository), read for what it
 maps, logs and refuses; written here for the emulated Gaudi, its code not copied. Which modules model which of its

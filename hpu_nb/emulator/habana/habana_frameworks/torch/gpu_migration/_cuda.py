@@ -272,29 +272,51 @@ def _no_range(*args: Any, **kwargs: Any) -> Iterator[None]:
 
 
 # -- amp: GradScaler guards fp16 gradients against underflow; Gaudi trains in bf16 ------------------------------------
+def _grad_scaler_methods() -> dict[str, Any]:
+    """torch.amp.GradScaler's __init__ and state_dict, for a scaler of CUDA's gradients disabled as Habana's toolkit
+    disables torch.cuda.amp.GradScaler: `scale` returns the loss as it is, `step` steps the optimizer, `update` does
+    nothing (bf16 has fp32's range: no loss scaling needed; and the bridge has no HPU kernel for the fused unscale /
+    update ops torch's scaler runs). The toolkit read (for torch 2.3 / 2.4) replaces torch.cuda.amp.GradScaler; since
+    torch 2.3 that class is only a deprecated alias of torch.amp.GradScaler("cuda"), so the rule sits here, where both
+    spellings (and torch.amp.GradScaler(), whose default device is cuda) reach it. A scaler for another device is
+    torch's."""
+    original_init = torch.amp.GradScaler.__init__
+    original_state_dict = torch.amp.GradScaler.state_dict
+
+    def __init__(self: torch.amp.GradScaler, device: str = "cuda", init_scale: float = 2.0**16,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 enabled: bool = True) -> None:
+        self.disabled_on_hpu = bool(enabled) and str(device).startswith("cuda")
+        self.migrated_as = "torch.cuda.amp.GradScaler" if isinstance(self, torch.cuda.amp.GradScaler) else (
+            "torch.amp.GradScaler")  # the spelling the log names
+        if self.disabled_on_hpu:
+            args = {"device": device, "init_scale": init_scale, "growth_factor": growth_factor,
+                    "backoff_factor": backoff_factor, "growth_interval": growth_interval, "enabled": enabled}
+            LOG.record(HPU_MODIFIED, f"{self.migrated_as}.__init__", args, "set enabled to False")
+            enabled = False
+        original_init(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+
+    def state_dict(self: torch.amp.GradScaler) -> dict[str, Any]:
+        if not getattr(self, "disabled_on_hpu", False):
+            return dict(original_state_dict(self))
+        warnings.warn("GradScaler is not applicable to HPU. If this instance if disabled, the states of the scaler"
+                      " are values in disable mode.", stacklevel=2)
+        LOG.record(HPU_MATCH, f"{self.migrated_as}.state_dict", None, "return state in diable mode")
+        return {"scale": self.get_scale(), "growth_factor": None, "backoff_factor": None, "growth_interval": None,
+                "_growth_tracker": self._get_growth_tracker()}
+
+    return {"__init__": __init__, "state_dict": state_dict}
+
+
 class GradScaler(torch.cuda.amp.GradScaler):
-    """torch.cuda.amp.GradScaler, disabled as Habana's toolkit disables it: `scale` returns the loss as it is, `step`
-    steps the optimizer, `update` does nothing (bf16 has fp32's range: no loss scaling needed)."""
+    """torch.cuda.amp.GradScaler, as the toolkit's: torch.amp.GradScaler("cuda", ...) (disabled above), entered
+    directly so that the log names the user's line (torch's alias would be the caller) and torch's deprecation of
+    the alias is not the user's warning on the Gaudi."""
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000, enabled: bool = True) -> None:
-        args = {"init_scale": init_scale, "growth_factor": growth_factor, "backoff_factor": backoff_factor,
-                "growth_interval": growth_interval, "enabled": enabled}
-        self.disabled_on_hpu = bool(enabled)
-        if enabled:
-            LOG.record(HPU_MODIFIED, "torch.cuda.amp.GradScaler.__init__", args, "set enabled to False")
-        with warnings.catch_warnings():  # torch.cuda.amp.GradScaler(...) is deprecated in torch: not the user's call
-            warnings.simplefilter("ignore", FutureWarning)
-            super().__init__(init_scale, growth_factor, backoff_factor, growth_interval, enabled=False)
-
-    def state_dict(self) -> dict[str, Any]:
-        warnings.warn("GradScaler is not applicable to HPU. If this instance if disabled, the states of the scaler"
-                      " are values in disable mode.", stacklevel=2)
-        if not self.disabled_on_hpu:
-            return super().state_dict()
-        LOG.record(HPU_MATCH, "torch.cuda.amp.GradScaler.state_dict", None, "return state in diable mode")
-        return {"scale": self.get_scale(), "growth_factor": None, "backoff_factor": None, "growth_interval": None,
-                "_growth_tracker": self._get_growth_tracker()}
+        torch.amp.GradScaler.__init__(self, "cuda", init_scale, growth_factor, backoff_factor, growth_interval,
+                                      enabled)
 
 
 # -- torch.cuda's typed tensors: constructors of tensors on the card ------------------------------------------------
@@ -332,6 +354,8 @@ def install(replace: Callable[[Any, str, Any], None]) -> None:
     for name in ("range_push", "range_pop", "range_start", "range_end", "mark"):
         replace(torch.cuda.nvtx, name, _no_op)
     replace(torch.cuda.nvtx, "range", _no_range)
+    for name, method in _grad_scaler_methods().items():
+        replace(torch.amp.GradScaler, name, method)
     replace(torch.cuda.amp, "GradScaler", GradScaler)
     for name, dtype in TYPED_DTYPES.items():
         replace(cuda, name, _typed_tensor(name, dtype))
