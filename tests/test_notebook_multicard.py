@@ -339,3 +339,121 @@ def test_fabric_workers_prints_reach_the_notebook_complete_and_in_order():
     assert ["ordered0", "True"] in lines and ["ordered1", "True"] in lines, lines[:4]  # each worker's output: one pipe
     for rank in ("0", "1"):
         assert [value for r, value in lines if r == rank] == [str(i) for i in range(200)], rank
+
+
+# -- Interrupting a 2-card fit: one line, the weights of the step it stopped at, a kernel that trains again ---------
+INTERRUPTIBLE = """
+import hashlib, pathlib, time
+
+def checksum(module):
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+class StepLog(L.Callback):
+    \"\"\"In the workers' rank 0: the checksum of the weights after each step, in steps.json.\"\"\"
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_rank == 0:
+            path = pathlib.Path("steps.json")
+            steps = json.loads(path.read_text()) if path.exists() else {}
+            steps[str(trainer.global_step)] = checksum(module)
+            path.write_text(json.dumps(steps))
+            print(f"STEP {trainer.global_step}", flush=True)
+
+class SlowModel(Model):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.1)
+        return super().training_step(batch, batch_idx)
+
+def two_card_fit(epochs, n):
+    pathlib.Path("steps.json").unlink(missing_ok=True)
+    L.seed_everything(7, verbose=False)
+    global model
+    model = SlowModel()
+    trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=epochs, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, strategy="hpu_ddp",
+                        callbacks=[StepLog()])
+    trainer.fit(model, data(n=n))
+"""
+INTERRUPTED_AT = 3  # the interrupt is sent once the workers printed this step
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_interrupting_a_two_card_fit_leaves_one_line_the_weights_of_its_step_and_a_kernel_that_trains(tmp_path):
+    """Issue 31, item 4: the kernel interrupted (SIGINT to its process group, as Jupyter does) during a forked 2-card
+    fit. The cell ends with one line naming the step the workers stopped at, and no SIGTERM / SystemExit / "To exit"
+    lines; the notebook's model holds the weights rank 0 had after that step; the kernel stays busy until the cell
+    ends; the next cell's fit trains."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path))
+    client = km.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        setup = _run(client, SETUP + INTERRUPTIBLE)
+        assert setup["status"] == "ok", setup
+        interrupted = _run(client, "two_card_fit(epochs=20, n=960)", interrupt=(km, f"STEP {INTERRUPTED_AT}"))
+        assert interrupted["status"] == "error" and interrupted["ename"] == "FitInterrupted", interrupted
+        [line] = interrupted["traceback"]  # the one line, in place of a traceback
+        match = re.fullmatch(r"Stopped by you after (\d+) steps: the model you passed to fit\(\) has the weights of"
+                             r" step (\d+)\.", line)
+        assert match and match[1] == match[2], line
+        step = int(match[1])
+        assert INTERRUPTED_AT < step < 20 * 60, step  # stopped where it was, long before the 20 epochs' end
+        streams = interrupted["stdout"] + interrupted["stderr"]
+        for noise in ("SIGTERM", "SystemExit", "To exit", "Traceback", "KeyboardInterrupt", "Detected"):
+            assert noise not in streams, (noise, streams[-800:])
+        # busy from the request until its end, once: no idle while the workers stopped
+        assert [s for s in interrupted["states"] if s != "busy"] == ["idle"], interrupted["states"]
+
+        weights = _run(client, "print(json.dumps({'notebook': checksum(model),"
+                               " 'steps': json.loads(pathlib.Path('steps.json').read_text())}))")
+        result = json.loads(weights["stdout"].strip().splitlines()[-1])
+        assert max(map(int, result["steps"])) == step  # the workers stopped right after the step the line names
+        assert result["notebook"] == result["steps"][str(step)]  # and the notebook's model has that step's weights
+
+        again = _run(client, "two_card_fit(epochs=1, n=64); print('steps', len(json.loads("
+                             "pathlib.Path('steps.json').read_text())), checksum(model))")
+        assert again["status"] == "ok", again
+        assert again["stdout"].strip().splitlines()[-1].startswith("steps 4 "), again["stdout"][-300:]
+    finally:
+        client.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def _run(client: Any, code: str, interrupt: tuple[Any, str] | None = None, timeout: float = 240) -> dict[str, Any]:
+    """Execute `code`; with `interrupt` (kernel manager, text), interrupt the kernel once that text is printed. Returns
+    the reply's status, the error's name and traceback, the streams' text and the kernel's states (any request's)
+    from the request to its end."""
+    import queue
+    import time
+
+    msg_id = client.execute(code)
+    got: dict[str, Any] = {"stdout": "", "stderr": "", "states": [], "ename": None, "traceback": []}
+    sent = False
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            msg = client.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no end of the cell within {timeout} s: {got}") from None
+        kind, content = msg["msg_type"], msg["content"]
+        ours = msg["parent_header"].get("msg_id") == msg_id
+        if kind == "status":
+            got["states"].append(content["execution_state"] if ours else f"{content['execution_state']} (other)")
+            if ours and content["execution_state"] == "idle":
+                break
+        elif ours and kind == "stream":
+            got[content["name"]] += content["text"]
+            if interrupt is not None and not sent and interrupt[1] in got["stdout"]:
+                interrupt[0].interrupt_kernel()
+                sent = True
+        elif ours and kind == "error":
+            got["ename"], got["traceback"] = content["ename"], content["traceback"]
+    got["status"] = client.get_shell_msg(timeout=30)["content"]["status"]
+    return got

@@ -38,7 +38,7 @@ from torch.distributed import ReduceOp
 from typing_extensions import override
 
 from hpu_nb.core import noise
-from hpu_nb.core.strategies import liveness, rank_processes
+from hpu_nb.core.strategies import interrupts, liveness, rank_processes
 from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
 from hpu_nb.core.strategies.worker_output import keep_worker_output_in_order, wait_for_worker_output
 from hpu_nb.runtime import distributed as hpu_dist
@@ -151,16 +151,26 @@ class WorkerLivenessMixin(ForkCheckMixin):
         before = rank_processes.multiprocessing_children()
         watch = rank_processes.WorkerWatch(lambda: rank_processes.new_child_processes(before), self._store_address)
         watch.start()
+        # the Trainer's workers stop together at a step boundary on an interrupt (interrupts.py); Fabric's loop is
+        # the user's: its workers are ended at once
+        interrupt = interrupts.LaunchInterrupt(watch.running_pids, watch.stop, graceful="trainer" in kwargs)
+        self._worker_steps: tuple[int, bool] | None = None  # rank 0's steps, and whether an interrupt ended them
         try:
-            return super().launch(function, *args, **kwargs)
-        except BaseException:
-            # KeyboardInterrupt (a notebook's interrupt), SIGTERM turned into an exception, or a failed worker
-            # (torch stops the others then, the watch already did): no worker may outlive this call.
+            with interrupt:
+                result = super().launch(function, *args, **kwargs)
+        except BaseException as err:
+            # an interrupt, SIGTERM turned into an exception, or a failed worker (torch stops the others then, the
+            # watch already did): no worker may outlive this call.
             rank_processes.stop_processes(watch.running_pids())
+            if interrupt.requested:
+                raise interrupts.FitInterrupted(interrupts.stopped_message(None)) from err
             raise
         finally:
             watch.stop()
             wait_for_worker_output()  # the workers ended: their last output (the bar's last frame) comes first
+        if interrupt.requested:
+            raise interrupts.FitInterrupted(interrupts.stopped_message(self._worker_steps))
+        return result
 
     def _store_address(self) -> tuple[str, int] | None:
         env = self._strategy.cluster_environment
@@ -202,7 +212,24 @@ class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
     def _wrapping_function(
         self, process_idx: int, trainer: Any, function: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> None:
-        return super()._wrapping_function(process_idx, trainer, self._worker_function(function), *args, **kwargs)
+        function = self._worker_function(function)
+        if trainer is not None:  # an interrupt stops every rank before the same batch (interrupts.py)
+            self._stop = interrupts.StopAtStepBoundary(self._store_address()).install(trainer)
+            function = self._stop.wrap(function, trainer)
+        return super()._wrapping_function(process_idx, trainer, function, *args, **kwargs)
+
+    @override
+    def get_extra_results(self, trainer: Any) -> dict[str, Any]:
+        """In rank 0, after its fit: also the steps it ran and whether an interrupt stopped it there."""
+        extra = super().get_extra_results(trainer)
+        stop = getattr(self, "_stop", None)
+        extra[interrupts.WORKER_STEPS] = (int(trainer.global_step), stop is not None and stop.stopped)
+        return extra
+
+    @override
+    def update_main_process_results(self, trainer: Any, extra: dict[str, Any]) -> None:
+        self._worker_steps = extra.pop(interrupts.WORKER_STEPS, None)
+        super().update_main_process_results(trainer, extra)
 
     @override
     def _recover_results_in_main_process(self, worker_output: Any, trainer: Any) -> None:
