@@ -89,10 +89,16 @@ $(TRANSFORMERS_STAMP): $(STAMP)
 	$(PY) .ci/layered_venv.py $(PY) $(TRANSFORMERS_VENV) transformers
 	@touch $(TRANSFORMERS_STAMP)
 
-lab: setup
+# JupyterLab's (and Notebook 7's) settings for this venv, as on Binder (binder/overrides.json): widget state saved with
+# the notebook (reopened with no kernel, widgets render from it, no "model not found"), no news pop-up.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_OVERRIDES): binder/overrides.json $(STAMP)
+	install -D -m 644 $< $@
+
+lab: setup $(LAB_OVERRIDES)
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --port=$(JUPYTER_PORT) --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
-browser: setup
+browser: setup $(LAB_OVERRIDES)
 	@bash .ci/install_browser.sh || true
 
 # Two pytest-xdist workers: much of the suite waits (ranks in collectives and timeouts, kernels, a browser): run alone,
