@@ -11,6 +11,6 @@ import os
 def load() -> None:
     if os.environ.get("HPU_NB_AUTOLOAD", "1").strip() == "0":
         return
-    from hpu_nb._torch_autoload import load as load_hpu_nb  # noqa: PLC0415 -- lazy: HPU_NB_AUTOLOAD=0 skips hpu_nb
+    from hpu_nb.wiring.torch_autoload import load as load_hpu_nb  # noqa: PLC0415 -- lazy: HPU_NB_AUTOLOAD=0 skips hpu_nb
 
     load_hpu_nb()

@@ -93,11 +93,13 @@ def _open_trace_viewer(path: str, **options: Any) -> Any:
     return TraceViewer(path, **options)
 
 
-from hpu_nb import _flavours, _lightning_hook, _viewer_registry  # noqa: E402
 from hpu_nb.emulator import habana as _emulated_habana  # noqa: E402
+from hpu_nb.wiring import flavours as _flavours  # noqa: E402
+from hpu_nb.wiring import lightning_registration as _lightning_registration  # noqa: E402
+from hpu_nb.wiring import viewer_slot as _viewer_slot  # noqa: E402
 
 _flavours.install()  # hpu_nb._standalone: hpu_nb.core for the standalone pytorch_lightning / lightning_fabric
-_lightning_hook.install()
+_lightning_registration.install()
 _emulated_habana.install()  # `habana_frameworks` / `torch.hpu` resolve to the emulated Gaudi where Habana's is absent
-if _viewer_registry.registered_trace_viewer() is None:  # HPUProfiler.show() in a notebook, without %load_ext
-    _viewer_registry.register_trace_viewer(_open_trace_viewer)
+if _viewer_slot.registered_trace_viewer() is None:  # HPUProfiler.show() in a notebook, without %load_ext
+    _viewer_slot.register_trace_viewer(_open_trace_viewer)

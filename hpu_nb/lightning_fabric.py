@@ -1,13 +1,14 @@
 """hpu_nb's Fabric pieces for the standalone `lightning_fabric` package: `from hpu_nb.lightning_fabric import ...`.
 
-The same code as `hpu_nb.fabric` (hpu_nb.core.fabric), translated onto lightning_fabric's classes (hpu_nb/_flavours.py).
+The same code as `hpu_nb.fabric` (hpu_nb.core.fabric), translated onto lightning_fabric's classes
+(hpu_nb/wiring/flavours.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hpu_nb import _flavours
+from hpu_nb.wiring import flavours
 
 _NAMES = (  # served by __getattr__: importing them here would load Lightning
     "HPUAccelerator",
@@ -25,6 +26,6 @@ __all__ = list(_NAMES)
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_flavours.core_module("standalone", "fabric"), name)
+    value = getattr(flavours.core_module("standalone", "fabric"), name)
     globals()[name] = value
     return value

@@ -1,4 +1,4 @@
-"""The standalone flavour is hpu_nb.core rewritten (hpu_nb/_flavours.py): a tripwire for what the rewrite misses.
+"""The standalone flavour is hpu_nb.core rewritten (hpu_nb/wiring/flavours.py): a tripwire for what the rewrite misses.
 
 Every module under hpu_nb/core is translated here as the import hook translates it, and read: no import, module name
 or logger / warnings-filter pattern may still name the `lightning` package or the untranslated `hpu_nb.core`, and the
@@ -20,16 +20,16 @@ from typing import Any
 
 import pytest
 
-from hpu_nb import _flavours
+from hpu_nb.wiring import flavours
 
-CORE = _flavours.PACKAGE_ROOT / "core"
+CORE = flavours.PACKAGE_ROOT / "core"
 LIGHTNING_TOPS = ("lightning", "pytorch_lightning", "lightning_fabric")
 # a Lightning or hpu_nb.core module name in a string: dotted (`lightning.pytorch.x`) or as a regex (`lightning\.x`)
 _NAME_IN_TEXT = re.compile(r"(?<![\w.\\])(lightning(\\?\.)[A-Za-z_]|hpu_nb\\?\.core\b)")
 
 
 def _module_name(path: Path, root: str) -> tuple[str, bool]:
-    parts = list(path.relative_to(_flavours.PACKAGE_ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(flavours.PACKAGE_ROOT).with_suffix("").parts)
     is_package = parts[-1] == "__init__"
     return ".".join([root, *(parts[:-1] if is_package else parts)]), is_package
 
@@ -82,10 +82,11 @@ def _core_modules() -> list[Path]:
 @pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(CORE)))
 def test_the_translated_module_names_no_lightning_and_no_untranslated_core(path):
     module, is_package = _module_name(path, "hpu_nb._standalone")
-    found = misses(_flavours.translate(path.read_text(encoding="utf-8")), module, is_package)
-    assert not found, (f"{path}: after the rewrite (hpu_nb/_flavours.py) these still name the `lightning` package or "
-                       f"hpu_nb.core, so the standalone flavour would load the other one: {found}. Write the name as "
-                       "`lightning.pytorch...` / `lightning.fabric...` / `hpu_nb.core...`, or teach _flavours a rule.")
+    found = misses(flavours.translate(path.read_text(encoding="utf-8")), module, is_package)
+    assert not found, (f"{path}: after the rewrite (hpu_nb/wiring/flavours.py) these still name the `lightning` package"
+                       f" or hpu_nb.core, so the standalone flavour would load the other one: {found}. Write the name"
+                       " as "
+                       "`lightning.pytorch...` / `lightning.fabric...` / `hpu_nb.core...`, or teach flavours a rule.")
 
 
 def test_the_check_catches_what_the_rules_miss():
@@ -102,7 +103,7 @@ def test_the_check_catches_what_the_rules_miss():
         CORE = "hpu_nb.core.selection"
         fine = "pytorch_lightning.callbacks and lightning_fabric.x, and Lightning's docs"
     ''')
-    found = misses(_flavours.translate(written), "hpu_nb._standalone.core.example")
+    found = misses(flavours.translate(written), "hpu_nb._standalone.core.example")
     assert [f.split(":")[0] for f in found] == ["3", "4", "5", "7"], found  # rewritten: 6, 8, 9, 10, 11
     untranslated = misses(written, "hpu_nb.core.example")
     assert len(untranslated) == 9, untranslated
@@ -113,15 +114,15 @@ def _shared_modules_reached_from_core() -> dict[str, Path]:
     pending, seen = [], {}
     for path in _core_modules():
         module, is_package = _module_name(path, "hpu_nb._standalone")
-        tree = ast.parse(_flavours.translate(path.read_text(encoding="utf-8")))
+        tree = ast.parse(flavours.translate(path.read_text(encoding="utf-8")))
         pending += [(imported, name) for _, imported, name in _imports(tree, module, is_package)]
     while pending:
         imported, name = pending.pop()
         if not imported.startswith("hpu_nb") or imported.startswith("hpu_nb._standalone"):
             continue
         for candidate in ([f"{imported}.{name}"] if name else []) + [imported]:
-            found = _flavours._source_path(candidate.partition(".")[2]) if candidate != "hpu_nb" else \
-                (_flavours.PACKAGE_ROOT / "__init__.py", True)
+            found = flavours._source_path(candidate.partition(".")[2]) if candidate != "hpu_nb" else \
+                (flavours.PACKAGE_ROOT / "__init__.py", True)
             if found is None:
                 continue
             if candidate not in seen:

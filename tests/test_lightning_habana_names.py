@@ -706,7 +706,7 @@ def test_a_lightning_piece_in_a_pytorch_lightning_trainer_names_the_import_to_us
     import pytorch_lightning as pl
 
     import hpu_nb
-    from hpu_nb._flavours import LightningFlavourError
+    from hpu_nb.wiring.flavours import LightningFlavourError
 
     with pytest.raises(LightningFlavourError, match=re.escape(
             "hpu_nb's HPUPrecisionPlugin for `lightning.pytorch` was given to a `pytorch_lightning` Trainer")) as err:
@@ -722,7 +722,7 @@ def test_a_pytorch_lightning_piece_in_a_lightning_trainer_or_fabric_names_the_im
 
     import hpu_nb.lightning_fabric
     import hpu_nb.pytorch_lightning
-    from hpu_nb._flavours import LightningFlavourError
+    from hpu_nb.wiring.flavours import LightningFlavourError
 
     class MyStrategy(hpu_nb.pytorch_lightning.HPUDDPStrategy):
         pass

@@ -157,9 +157,9 @@ def test_the_hooks_are_in_place_on_what_lightning_calls():
 
 @pytest.mark.parametrize("package", ["pytorch_lightning", "lightning_fabric"])
 def test_the_standalone_packages_still_end_their_init_with_the_import_hpu_nb_waits_for(package):
-    """hpu_nb/_lightning_hook.py: registration waits for `<package>._graveyard` when torch's autoload runs inside the
-    package's own import (as `import pytorch_lightning` makes it)."""
-    from hpu_nb._lightning_hook import LAST_IMPORT
+    """hpu_nb/wiring/lightning_registration.py: registration waits for `<package>._graveyard` when torch's autoload runs
+    inside the package's own import (as `import pytorch_lightning` makes it)."""
+    from hpu_nb.wiring.lightning_registration import LAST_IMPORT
 
     spec = importlib.util.find_spec(package)
     lines = [line for line in Path(spec.origin).read_text().splitlines() if line.startswith(("import ", "from "))]

@@ -180,8 +180,8 @@ def test_show_returns_the_viewer_of_the_last_trace(fitted):
 
 
 def test_show_without_the_notebook_layer_says_how_to_get_the_viewer_and_gives_the_text_summary(fitted):
-    from hpu_nb._viewer_registry import register_trace_viewer
     from hpu_nb.core.profiler import TraceSummaryText
+    from hpu_nb.wiring.viewer_slot import register_trace_viewer
 
     profiler, _ = fitted
     previous = register_trace_viewer(None)  # as in a script that never imported the notebook layer
@@ -199,9 +199,9 @@ def test_load_ext_registers_the_viewer_show_opens_and_unload_removes_it(fitted):
     pytest.importorskip("IPython")
     from IPython.core.interactiveshell import InteractiveShell
 
-    from hpu_nb._viewer_registry import register_trace_viewer, registered_trace_viewer
     from hpu_nb.notebook.extension import open_trace_viewer
     from hpu_nb.notebook.trace_viewer import TraceViewer
+    from hpu_nb.wiring.viewer_slot import register_trace_viewer, registered_trace_viewer
 
     profiler, _ = fitted
     previous = register_trace_viewer(None)
@@ -223,8 +223,8 @@ def test_show_opens_the_viewer_without_load_ext(fitted):
     """In a notebook, `from hpu_nb import HPUProfiler` ... `profiler.show()` draws the viewer with no %load_ext:
     `import hpu_nb` registered an opener that imports the notebook layer's TraceViewer on first use."""
     import hpu_nb
-    from hpu_nb._viewer_registry import register_trace_viewer
     from hpu_nb.notebook.trace_viewer import TraceViewer
+    from hpu_nb.wiring.viewer_slot import register_trace_viewer
 
     profiler, _ = fitted
     previous = register_trace_viewer(hpu_nb._open_trace_viewer)  # as right after `import hpu_nb`
@@ -247,7 +247,7 @@ def _fresh_python(code: str) -> str:
 def test_import_hpu_nb_registers_the_viewer_opener_without_loading_the_notebook_layer():
     code = (
         "import sys, hpu_nb, hpu_nb.core.profiler\n"
-        "from hpu_nb._viewer_registry import registered_trace_viewer\n"
+        "from hpu_nb.wiring.viewer_slot import registered_trace_viewer\n"
         "print(registered_trace_viewer() is hpu_nb._open_trace_viewer,"
         " sorted(m for m in sys.modules if m.startswith('hpu_nb.notebook')))\n"
     )
@@ -257,7 +257,7 @@ def test_import_hpu_nb_registers_the_viewer_opener_without_loading_the_notebook_
 def test_the_profiler_and_traces_import_no_notebook_layer():
     """core / traces never import hpu_nb.notebook (the viewer is registered from above), even for show()."""
     code = (
-        "import sys, hpu_nb.core.profiler, hpu_nb.traces, hpu_nb._viewer_registry\n"
+        "import sys, hpu_nb.core.profiler, hpu_nb.traces, hpu_nb.wiring.viewer_slot\n"
         "print(sorted(m for m in sys.modules if m.startswith('hpu_nb.notebook')))\n"
     )
     assert _fresh_python(code) == "[]"

@@ -25,7 +25,6 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.trainer import setup
 from typing_extensions import override
 
-from hpu_nb._viewer_registry import registered_trace_viewer
 from hpu_nb.core.noise import (
     CPU_ALLOCATOR_UNKNOWN_BLOCK,
     PROFILER_NATIVE,
@@ -34,6 +33,7 @@ from hpu_nb.core.noise import (
 )
 from hpu_nb.runtime import get_backend
 from hpu_nb.traces import load
+from hpu_nb.wiring.viewer_slot import registered_trace_viewer
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ class HPUProfiler(PyTorchProfiler):
     def show(self, path: str | None = None, **kwargs: Any) -> Any:
         """The inline trace viewer for the last trace written (an anywidget; static HTML when headless).
 
-        The viewer belongs to the notebook layer, which registers it (hpu_nb._viewer_registry) when imported or
+        The viewer belongs to the notebook layer, which registers it (hpu_nb.wiring.viewer_slot) when imported or
         on `%load_ext hpu_nb`; without it this returns the trace's text summary, headed by how to get the viewer.
         """
         viewer = registered_trace_viewer()

@@ -4,10 +4,10 @@ Lightning 2.6 removed its Gaudi support: `Trainer(accelerator="hpu")` raises "HP
 an `HPUAccelerator()` instance silently gets a CPU SingleDeviceStrategy; Fabric picks a CPU strategy and CUDA's
 autocast. For the Trainer's connector and for Fabric's we wrap the same four methods (the flag check, which refuses
 precision="fp8"; strategy choice, precision choice, the auto accelerator) and delegate to Lightning for everything
-that is not an HPU. The rules themselves live
-in selection.py, once for both.
-`hpu_nb/_lightning_hook.py` runs `register_all()` as soon as Lightning is imported, whichever comes first; for the
-standalone `pytorch_lightning` / `lightning_fabric` packages it runs this module's translation (hpu_nb/_flavours.py).
+that is not an HPU. The rules themselves live in selection.py, once for both.
+`hpu_nb/wiring/lightning_registration.py` runs `register_all()` as soon as Lightning is imported, whichever comes
+first; for the standalone `pytorch_lightning` / `lightning_fabric` packages it runs this module's translation
+(hpu_nb/wiring/flavours.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from lightning.pytorch.plugins import Precision as TrainerPrecision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as TrainerConnector
 
-from hpu_nb import _flavours
 from hpu_nb.core import selection
 from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric.precision import HPUPrecision
@@ -45,6 +44,7 @@ from hpu_nb.core.strategies.single import SingleHPUStrategy
 from hpu_nb.core.trainer_output import install as install_trainer_output
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.habana_install import real_habana_spec
+from hpu_nb.wiring import flavours
 
 DISTRIBUTION = "hpu_nb"
 
@@ -61,7 +61,7 @@ FABRIC_STRATEGY_MODULES = ("hpu_nb.core.fabric.strategies",)
 _HOOKED_METHODS = ("_check_config_and_set_final_flags", "_choose_strategy", "_check_and_init_precision",
                    "_choose_auto_accelerator")
 _registered = False
-FLAVOUR = str(_flavours.flavour_of_module(__name__))  # "lightning", or "standalone" in this module's translation
+FLAVOUR = str(flavours.flavour_of_module(__name__))  # "lightning", or "standalone" in this module's translation
 # What the connectors take as strategy / accelerator / plugins (anything else is their "invalid" error)
 _ACCEPTED = (Strategy, FabricStrategy, Accelerator, Precision, TrainerPrecision, CheckpointIO, ClusterEnvironment,
              LayerSync)
@@ -74,7 +74,7 @@ def supported_lightning() -> str:
 
     from packaging.requirements import Requirement  # noqa: PLC0415 -- lazy: as above
 
-    name = "lightning" if FLAVOUR == "lightning" else "pytorch-lightning"
+    name = flavours.DISTRIBUTIONS[FLAVOUR]
     try:
         required = [Requirement(line) for line in requires(DISTRIBUTION) or ()]
     except PackageNotFoundError:
@@ -243,9 +243,9 @@ def refuse_other_flavour(owner: str, arguments: dict[str, Any]) -> None:
     for piece in (arguments.get("strategy"), arguments.get("accelerator"), *plugins):
         if isinstance(piece, _ACCEPTED):
             continue
-        message = _flavours.other_flavour_message(piece, FLAVOUR, owner)
+        message = flavours.other_flavour_message(piece, FLAVOUR, owner)
         if message is not None:
-            raise _flavours.LightningFlavourError(message)
+            raise flavours.LightningFlavourError(message)
 
 
 def _real_gaudi_present() -> bool:

@@ -1,5 +1,5 @@
 """`%load_ext hpu_nb`: registers %hpu_info and %hpu_trace, an HTML view of the device backend and the trace viewer
-HPUProfiler.show() opens (hpu_nb._viewer_registry), and makes HPU Trainers print one line naming the backend
+HPUProfiler.show() opens (hpu_nb.wiring.viewer_slot), and makes HPU Trainers print one line naming the backend
 instead of Lightning's GPU / TPU lines (`hpu_nb.core.trainer_output`).
 
 What it registers is imported with it: loading calls trainer_output.install(), which brings Lightning anyway. Only
@@ -16,10 +16,10 @@ import importlib
 from typing import Any
 
 from hpu_nb import _open_trace_viewer as open_trace_viewer  # the one opener; `import hpu_nb` registers it too
-from hpu_nb._viewer_registry import register_trace_viewer, registered_trace_viewer
 from hpu_nb.core import trainer_output
 from hpu_nb.notebook.info import hpu_info
 from hpu_nb.runtime.base import DeviceBackend
+from hpu_nb.wiring.viewer_slot import register_trace_viewer, registered_trace_viewer
 
 LINE_MAGICS = ("hpu_info", "hpu_trace")
 

@@ -26,12 +26,12 @@ import anywidget
 import numpy as np
 import traitlets
 
-from hpu_nb._viewer_registry import register_trace_viewer
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.traces import Trace, find_trace, load, trace_files
 from hpu_nb.traces.lod import MAX_NAME, TimelineIndex, ViewPayload
 from hpu_nb.traces.render import timeline_svg
 from hpu_nb.traces.tables import Table, fmt_ns, shorten
+from hpu_nb.wiring.viewer_slot import register_trace_viewer
 
 STATIC = pathlib.Path(__file__).parent / "static"
 MAX_DETAIL_CHARS = 300  # per value in the details pane (the name included): a 10 MB op name is not sent whole

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # hpu_nb/
 STANDALONE = "hpu_nb._standalone"
 TRANSLATED = "hpu_nb.core"  # the tree that imports Lightning; everything else (runtime, traces) is shared
 
@@ -117,6 +117,10 @@ def core_module(flavour: str, name: str) -> Any:
     install()
     prefix = TRANSLATED if flavour == "lightning" else f"{STANDALONE}.core"
     return importlib.import_module(f"{prefix}.{name}" if name else prefix)
+
+
+# The distribution whose release a flavour runs on (pyproject.toml pins the range of each).
+DISTRIBUTIONS = {"lightning": "lightning", "standalone": "pytorch-lightning"}
 
 
 # -- a piece of one flavour given to the other package's Trainer / Fabric ----------------------------------------------

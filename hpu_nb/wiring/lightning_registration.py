@@ -3,7 +3,8 @@
 `import hpu_nb` must stay cheap, yet `Trainer(accelerator="hpu")` and `Fabric(accelerator="hpu")` must work whichever
 package the user imported first, and for both Lightning distributions: `lightning` (`lightning.pytorch` and
 `lightning.fabric`) and the standalone `pytorch_lightning` / `lightning_fabric`, which have registries of their own.
-If a target is already loaded we register now; otherwise registration follows its import (hpu_nb/_import_hooks.py).
+If a target is already loaded we register now; otherwise registration follows its import
+(hpu_nb/wiring/after_import.py).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import functools
 import sys
 
-from hpu_nb import _flavours
-from hpu_nb._import_hooks import after_import, is_initializing
+from hpu_nb.wiring import flavours
+from hpu_nb.wiring.after_import import after_import, is_initializing
 
 # module -> flavour of hpu_nb.core to register with it ("lightning": hpu_nb.core; "standalone": its translation)
 TARGETS = {
@@ -29,7 +30,7 @@ LAST_IMPORT = {name: f"{name}._graveyard" for name in TARGETS}
 def _register(trigger: str) -> None:
     if trigger == "lightning_fabric" and is_initializing("pytorch_lightning"):
         return  # pytorch_lightning is importing lightning_fabric: registration follows once pytorch_lightning is loaded
-    _flavours.core_module(TARGETS[trigger], "registration").register_all()
+    flavours.core_module(TARGETS[trigger], "registration").register_all()
 
 
 def install() -> None:
