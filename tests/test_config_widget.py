@@ -379,3 +379,118 @@ def test_the_one_device_advice_is_true_for_the_chosen_combination() -> None:
     (offload,) = strategy_warnings(strategy="deepspeed", deepspeed_stage=3, offload_optimizer=True)
     assert "'single' does the same" not in offload and "ZeRO-Offload" in offload and "'single' does not" in offload
     assert strategy_warnings(strategy="single") == []
+
+
+@pytest.mark.parametrize("strategy,stage,offload", STRATEGY_VARIANTS,
+                         ids=[f"{s}{'-zero' + str(z) + ('-offload' if o else '') if s == 'deepspeed' else ''}"
+                              for s, z, o in STRATEGY_VARIANTS])
+def test_generated_code_is_bounded_for_every_strategy(strategy: str, stage: int, offload: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: a newcomer's first fit ends: the code of every strategy sets max_epochs (3 unless changed), says
+    why in a comment, and the Trainer it builds has that bound (Lightning's own default is 1000 epochs)."""
+    if strategy == "fsdp":
+        monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
+        reset_backend()
+    assert L.Trainer(accelerator="cpu", **QUIET).max_epochs is None  # no bound: fit runs Lightning's 1000 epochs
+    for devices, epochs in ((1, None), (2, 7)):
+        values = dict(strategy=strategy, deepspeed_stage=stage, offload_optimizer=offload, devices=devices,
+                      extra=dict(QUIET))
+        cfg = TrainerConfig(**values) if epochs is None else TrainerConfig(max_epochs=epochs, **values)
+        if cfg.errors:  # e.g. the single-device strategy on 2 devices
+            continue
+        code = cfg.code
+        assert f"max_epochs={epochs or 3}," in code and "Lightning's default is 1000 epochs" in code, code
+        namespace: dict[str, Any] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(code, namespace)
+        assert namespace["trainer"].max_epochs == (epochs or 3), code
+    assert TrainerConfig(max_epochs=0).errors[0].field == "max_epochs"
+
+
+def test_extra_may_set_the_bound_itself() -> None:
+    """`extra={"max_epochs": ...}` (as tutorials and tests pass it) wins over the form's, and the comment goes."""
+    code = TrainerConfig(extra={"max_epochs": 1, "max_steps": 5}).code
+    assert code.count("max_epochs=") == 1 and "max_epochs=1," in code and "1000 epochs" not in code
+    assert "max_steps=5," in code
+
+
+def test_the_epochs_control_writes_the_bound() -> None:
+    from hpu_nb.notebook.config_widget import TrainerConfigWidget
+
+    cfg = TrainerConfigWidget()
+    assert cfg.controls["max_epochs"].value == 3 and "max_epochs=3," in cfg.panel.code
+    cfg.controls["max_epochs"].value = 5
+    assert cfg.config.max_epochs == 5 and "max_epochs=5," in cfg.panel.code
+    assert cfg.trainer_kwargs()["max_epochs"] == 5
+    cfg.controls["max_epochs"].value = 0
+    assert [i["field"] for i in cfg.panel.issues if i["level"] == "error"] == ["max_epochs"]
+    assert "hpu-cfg-invalid" in cfg.controls["max_epochs"]._dom_classes
+
+
+def test_one_field_declaration_adds_a_control() -> None:
+    """Issue 30: the form's fields are listed once. A field declared with a control (here gradient accumulation, a
+    plain Trainer argument) is a row of the form, validated, in the code, and in the Trainer it builds."""
+    import dataclasses
+
+    from hpu_nb.notebook.config_widget import TrainerConfigWidget
+    from hpu_nb.notebook.trainer_config import control
+
+    @dataclasses.dataclass
+    class WithAccumulation(TrainerConfig):
+        accumulate_grad_batches: int = dataclasses.field(default=1, metadata=control(
+            "grad. accumulation", "int", minimum=1, trainer_argument=True))
+
+    cfg = TrainerConfigWidget(WithAccumulation(accumulate_grad_batches=4, extra=dict(QUIET)))
+    assert cfg.controls["accumulate_grad_batches"].value == 4
+    cfg.controls["accumulate_grad_batches"].value = 2
+    namespace: dict[str, Any] = {}
+    exec(cfg.code, namespace)
+    assert namespace["trainer"].accumulate_grad_batches == 2
+    assert cfg.set(accumulate_grad_batches=3).controls["accumulate_grad_batches"].value == 3
+    cfg.controls["accumulate_grad_batches"].value = 0
+    assert [i.field for i in cfg.config.errors] == ["accumulate_grad_batches"]
+
+
+def test_the_panel_knows_its_form_for_insert_below() -> None:
+    """Insert below (static/config_widget.js) finds the form's cell by the form's widget model id."""
+    from hpu_nb.notebook.config_widget import PrecisionConfigWidget, TrainerConfigWidget
+
+    for cfg in (TrainerConfigWidget(), PrecisionConfigWidget()):
+        assert cfg.panel.form_id and cfg.panel.form_id == cfg.model_id
+    script = (ROOT / "hpu_nb" / "notebook" / "static" / "config_widget.js").read_text()
+    assert "hpu-cfg-insert" in script and "insertCell(index + 1" in script
+
+
+def _built(cfg: TrainerConfig) -> L.Trainer:
+    namespace: dict[str, Any] = {"model": LinearModel(FEATURES)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(cfg.code, namespace)
+    return namespace["trainer"]
+
+
+@pytest.mark.parametrize("strategy", ["deepspeed", "fsdp"])
+def test_the_autocast_advice_says_what_the_code_does(strategy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Autocast in the user's code with DeepSpeed / FSDP: the advice names the plugin and precision the code's
+    Trainer really has (32-true), not "manages precision itself"."""
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
+    reset_backend()
+    cfg = TrainerConfig(strategy=strategy, precision="bf16-mixed", autocast="context", devices=2, extra=dict(QUIET))
+    (advice,) = [w.message for w in cfg.warnings if w.field == "autocast"]
+    plugin = _built(cfg).precision_plugin
+    assert f'{type(plugin).__name__}("{plugin.precision}")' in advice and plugin.precision == "32-true", advice
+    assert TrainerConfig(strategy=strategy, precision="bf16-mixed", autocast="plugin", devices=2).warnings == []
+
+
+@pytest.mark.parametrize("strategy", ["deepspeed", "fsdp"])
+def test_the_op_list_advice_names_the_plugin_the_trainer_gets(strategy: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
+    reset_backend()
+    cfg = TrainerConfig(strategy=strategy, precision="bf16-mixed", lower_list=["linear"], devices=2,
+                        extra=dict(QUIET))
+    (advice,) = [w for w in cfg.warnings if "op lists are not used" in w.message]
+    plugin = _built(cfg).precision_plugin
+    assert advice.field == "strategy" and f"{type(plugin).__name__}, takes none" in advice.message, advice
+    assert not hasattr(plugin, "op_lists") and "lower_list" not in cfg.code

@@ -218,6 +218,8 @@ RULE_TEXTS = (  # found inside one string literal of the package, no other
     "fp8 is not available with the fsdp strategy",
     "quantized fp8 inference runs on one device",
     "is not supported on {}: it needs {} or newer",  # fp16 / fp8: the generation table says which is first
+    "the number of HPUs must be a whole number of at least 1",  # devices: the accelerator's
+    "asks for {} HPUs but only {} are available",
 )
 LABELS = ("emulated Gaudi on the CPU", " (emulated)", "synDeviceGaudi2")  # string literals that are exactly these
 
@@ -259,3 +261,88 @@ def test_each_rule_is_defined_once(literals: dict[str, list[str]], text: str) ->
 def test_each_label_is_written_once(literals: dict[str, list[str]], text: str) -> None:
     places = [path for path, found in literals.items() for literal in found if literal == text]
     assert len(places) == 1, places
+
+
+# -- the widget only reads core's rules (issue 30, point 1) -----------------------------------------------------------
+FORM_MODULES = sorted([PACKAGE / "notebook" / "config_widget.py",
+                       *(PACKAGE / "notebook" / "trainer_config").glob("*.py")])
+
+
+def _form_trees() -> dict[str, ast.AST]:
+    return {path.name: ast.parse(path.read_text(encoding="utf-8")) for path in FORM_MODULES}
+
+
+def _restated(tree: ast.AST) -> list[str]:
+    """What a form module writes that is a rule of core's: a group of ZeRO stages, of precision names or of strategy
+    choices (a tuple / list / set literal of two or more), a dtype, a Gaudi generation, the device count."""
+    from hpu_nb.core.precision_names import PRECISION_ALIASES
+    from hpu_nb.notebook.trainer_config import STRATEGIES
+
+    precisions, strategies = set(PRECISION_ALIASES.values()), set(STRATEGIES)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in docstrings:
+            continue
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2 and all(
+                isinstance(e, ast.Constant) for e in node.elts):
+            values = [e.value for e in node.elts]
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                found.append(f"stages {values}")
+            elif all(v in precisions for v in values) or all(v in strategies for v in values):
+                found.append(f"group {values}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if any(f"Gaudi{n}" in node.value or f"GAUDI{n}" in node.value for n in range(2, 10)):
+                found.append(f"generation {node.value!r}")
+            if any(f"torch.{dtype}" in node.value for dtype in ("bfloat16", "float16", "float32")):
+                found.append(f"dtype {node.value!r}")
+        elif isinstance(node, ast.Attribute) and node.attr in ("device_count", "fp16_support", "fp8_support"):
+            found.append(f"asks the device: {node.attr}")
+    return found
+
+
+def test_the_form_restates_no_rule_of_core() -> None:
+    restated = {name: found for name, tree in _form_trees().items() if (found := _restated(tree))}
+    assert restated == {}, restated
+
+
+def test_the_rule_detector_sees_a_restated_rule() -> None:
+    for source in ('OFFLOAD = (1, 2, 3)', 'MIXED = ("bf16-mixed", "16-mixed")', 'if s in ("deepspeed", "fsdp"): pass',
+                   'label = "16-mixed (fp16, Gaudi2+)"', 'dtype = "torch.bfloat16"', 'n = backend.device_count()'):
+        assert _restated(ast.parse(source)), source
+
+
+def test_the_widget_lists_no_field() -> None:
+    """The form's fields are declared once, in TrainerConfig (with their controls); the widget names none of them."""
+    fields_ = set(TrainerConfig.field_names())
+    widget = _string_literals(ast.parse((PACKAGE / "notebook" / "config_widget.py").read_text(encoding="utf-8")))
+    assert sorted(fields_ & set(widget)) == []
+
+
+def test_the_form_follows_core_s_choice_of_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Op lists and the plugin in the code come from core's strategy -> precision plugin choice, not from the form:
+    give DeepSpeed the plain HPU plugin and the form offers op lists with it and writes that plugin."""
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+    from hpu_nb.core.selection import precision_plugin_class
+
+    cfg = TrainerConfig(strategy="deepspeed", precision="bf16-mixed", lower_list=["linear"])
+    assert precision_plugin_class(HPUDeepSpeedStrategy).__name__ == "HPUDeepSpeedPrecisionPlugin"
+    assert not cfg.relevant("lower_list")
+    monkeypatch.setattr(HPUDeepSpeedStrategy, "hpu_precision_plugin", HPUPrecisionPlugin)
+    assert cfg.relevant("lower_list")
+    assert 'HPUPrecisionPlugin(precision="bf16-mixed", lower_list=["linear"])' in cfg.code
+
+
+def test_the_devices_rule_is_the_accelerator_s() -> None:
+    from hpu_nb.core.accelerator import _parse_hpus, devices_issues
+
+    backend = get_backend()
+    for devices in (0, backend.device_count() + 1):
+        (issue,) = devices_issues(devices, backend)
+        assert [(i.field, i.message) for i in TrainerConfig(devices=devices).errors] == [("devices", issue.message)]
+        with pytest.raises(MisconfigurationException) as raised:
+            _parse_hpus(devices)
+        assert str(raised.value) == issue.message
+    assert devices_issues(1, backend) == []

@@ -12,7 +12,9 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
+from hpu_nb.core.issues import Issue
 from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.base import DeviceBackend
 
 
 class NotAnHPUError(MisconfigurationException, ValueError):
@@ -152,16 +154,23 @@ def _parse_hpus(devices: Any) -> int:
             f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, "
             f"or 'auto'."
         )
-    if count < 1:
-        raise MisconfigurationException(f"`devices={devices!r}`: the number of HPUs must be at least 1 (or 'auto').")
-    if count > available:
-        backend = get_backend()
-        hint = backend.more_cards_hint()
-        raise MisconfigurationException(
-            f"`devices={devices!r}` asks for {count} HPUs but only {available} are available "
-            f"({backend.describe()}).{hint}"
-        )
+    for issue in devices_issues(count, backend, given=devices):
+        raise MisconfigurationException(issue.message)
     return count
+
+
+def devices_issues(count: Any, backend: DeviceBackend, given: Any = None) -> list[Issue]:
+    """What is wrong with a number of HPUs (`given`: what the user wrote, for the message): a whole number, at least 1,
+    at most the cards this backend has. The Trainer's `devices=` and the config widget both ask here."""
+    asked = count if given is None else given
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return [Issue("devices", f"`devices={asked!r}`: the number of HPUs must be a whole number of at least 1 "
+                                 "(or 'auto').")]
+    available = backend.device_count()
+    if count > available:
+        return [Issue("devices", f"`devices={asked!r}` asks for {count} HPUs but only {available} are available "
+                                 f"({backend.describe()}).{backend.more_cards_hint()}")]
+    return []
 
 
 def _check_hpu_indices(devices: list[Any] | tuple[Any, ...], available: int) -> int:

@@ -15,6 +15,7 @@ from hpu_nb.core.precision_rules import generation_issues
 from hpu_nb.runtime import get_backend
 
 __all__ = [
+    "AUTOCAST_PRECISIONS",
     "PLUGIN_PRECISIONS",
     "PRECISION_ALIASES",
     "PRECISION_CHOICES",
@@ -40,6 +41,8 @@ PRECISION_ALIASES = {
     "16-true": "16-true",
 }
 PLUGIN_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8")  # what HPUPrecisionPlugin / HPUPrecision run
+# the plugin precisions that compute under torch.autocast (HPUPrecisionPlugin's op lists act on these)
+AUTOCAST_PRECISIONS = tuple(name for name in PLUGIN_PRECISIONS if name.endswith("-mixed"))
 PRECISION_CHOICES = tuple(
     alias for alias, name in PRECISION_ALIASES.items() if name in PLUGIN_PRECISIONS and alias != "16"
 )

@@ -11,19 +11,28 @@ from __future__ import annotations
 from hpu_nb.core.issues import Issue
 from hpu_nb.runtime.base import DeviceBackend
 
-__all__ = ["QUANTIZE_STRATEGIES", "fp8_quantize_issues", "generation_issues"]
+__all__ = ["QUANTIZE_STRATEGIES", "fp8_quantize_issues", "generation_feature", "generation_issues"]
 
 # Quantized fp8 inference runs in one process: these strategies keep one (DeepSpeed quantizes after wrapping the model)
 QUANTIZE_STRATEGIES = ("auto", "single", "deepspeed")
 
 
+def generation_feature(precision: str) -> str | None:
+    """What a precision needs of the Gaudi generation: "fp16" ("16-mixed", "16-true"), "fp8", or None (any Gaudi).
+    `precision` is Lightning's unified name, or "fp8"; the generations that have each are runtime.generations'."""
+    if precision.startswith("16-"):
+        return "fp16"
+    return "fp8" if precision == "fp8" else None
+
+
 def generation_issues(precision: str, backend: DeviceBackend) -> list[Issue]:
     """fp16 ("16-mixed", "16-true") and fp8 need Gaudi2 or newer: the generation's own reason, and what to use instead.
     `precision` is Lightning's unified name, or "fp8"."""
-    if precision.startswith("16-"):
+    feature = generation_feature(precision)
+    if feature == "fp16":
         ok, reason = backend.fp16_support()
         hint = " Use precision='bf16-mixed' instead."
-    elif precision == "fp8":
+    elif feature == "fp8":
         ok, reason = backend.fp8_support()
         hint = ""
     else:

@@ -5,6 +5,7 @@ Called from the connector hooks in registration.py; kept apart so the rules are 
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from hpu_nb.core.accelerator import HPUAccelerator
@@ -48,10 +49,20 @@ def hpu_only_precision(precision: Any) -> str | None:
     return "fp8" if unify_precision(precision) == "fp8" else None
 
 
-def choose_precision(strategy: Any, precision: Any, default_plugin: type) -> Any:
-    """The precision plugin for `precision=...` given without a plugin instance: the strategy's own kind when it has
-    one (DeepSpeed, FSDP), else `default_plugin` (HPUPrecisionPlugin for the Trainer, HPUPrecision for Fabric)."""
+def precision_plugin_class(strategy: Any, default_plugin: type = HPUPrecisionPlugin) -> type:
+    """The class of precision plugin a strategy (class or instance) gets for `precision=...`: the strategy's own kind
+    when it has one (DeepSpeed, FSDP: `hpu_precision_plugin`), else `default_plugin` (HPUPrecisionPlugin for the
+    Trainer, HPUPrecision for Fabric). A strategy given by name ("hpu_single", "auto") has none of its own."""
     own = getattr(strategy, "hpu_precision_plugin", None)
-    if callable(own):
-        return own(precision)
-    return default_plugin(precision=precision)
+    return own if isinstance(own, type) else default_plugin
+
+
+def takes_op_lists(plugin: type) -> bool:
+    """Whether a precision plugin class applies op lists (`lower_list` / `fp32_list`): HPUPrecisionPlugin does; the
+    DeepSpeed and FSDP plugins take none (their precision is the engine's / FSDP's own)."""
+    return "lower_list" in inspect.signature(plugin).parameters
+
+
+def choose_precision(strategy: Any, precision: Any, default_plugin: type) -> Any:
+    """The precision plugin for `precision=...` given without a plugin instance (precision_plugin_class's)."""
+    return precision_plugin_class(strategy, default_plugin)(precision=precision)

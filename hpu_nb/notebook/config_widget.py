@@ -1,10 +1,11 @@
 """TrainerConfigWidget / PrecisionConfigWidget: click a Trainer for HPU together and get the code for it.
 
 The form is made of ipywidgets controls (a kept library; keyboard and screen-reader friendly); the generated code,
-the validation messages and the Copy button are a small anywidget (`static/config_widget.js`, shipped in the
-package). All logic lives in `hpu_nb.notebook.trainer_config.TrainerConfig`, which the widget only edits: the code
-shown is `cfg.code`, and `cfg.trainer_kwargs()` builds exactly that Trainer. Clicks are handled by the kernel
-between cells, as all widget events are. Displayed, the form is followed by a static snapshot of its code (kept up to
+the validation messages and the Copy / Insert below buttons are a small anywidget (`static/config_widget.js`, shipped
+in the package). All logic lives in `hpu_nb.notebook.trainer_config.TrainerConfig`, which the widget only edits: its
+rows are TrainerConfig's fields that declare a control (`form_fields`), the code shown is `cfg.code`, and
+`cfg.trainer_kwargs()` builds exactly that Trainer. Clicks are handled by the kernel between cells, as all widget
+events are. Displayed, the form is followed by a static snapshot of its code (kept up to
 date as the form changes), which is what a saved notebook shows without a kernel.
 """
 
@@ -21,23 +22,25 @@ from IPython import get_ipython
 
 from hpu_nb.core.issues import Issue
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
-from hpu_nb.notebook.trainer_config import (
-    ACCELERATORS,
-    AUTOCAST_LABELS,
-    DEEPSPEED_STAGES,
-    PRECISION_LABELS,
-    STRATEGY_LABELS,
-    TrainerConfig,
-    config_from,
-    op_list_text,
-    parse_op_list,
-)
+from hpu_nb.notebook.trainer_config import Control, TrainerConfig, config_from, form_fields, op_list_text, parse_op_list
 from hpu_nb.runtime import get_backend
 
 STATIC = Path(__file__).parent / "static"
-ALL_FIELDS = ("accelerator", "devices", "strategy", "deepspeed_stage", "offload_optimizer", "precision", "autocast",
-              "lower_list", "fp32_list", "fp8_data_path", "profiler", "monitor")
-PRECISION_FIELDS = ("precision", "autocast", "lower_list", "fp32_list", "fp8_data_path")
+
+
+def make_control(spec: Control, value: Any) -> w.Widget:
+    """The ipywidgets control of a field, sized by the browser to its longest choice, so no label is cut (ipywidgets'
+    fixed widths cut "auto (single for 1 device, parallel for more)" and "with torch.autocast")."""
+    if spec.kind == "toggle":
+        return w.ToggleButtons(options=list(spec.options), value=value, style={"button_width": "auto"})
+    if spec.kind == "dropdown":
+        return w.Dropdown(options=list(spec.options), value=value, layout=w.Layout(width="max-content"))
+    if spec.kind == "int":
+        return w.IntText(value=value, layout=w.Layout(width="90px"))
+    if spec.kind == "check":
+        return w.Checkbox(value=value, description=spec.text, indent=False)
+    text = op_list_text(value) if spec.kind == "oplist" else value
+    return w.Text(value=text, placeholder=spec.text, layout=w.Layout(width="300px"))
 
 
 class CodePanel(anywidget.AnyWidget):
@@ -47,6 +50,7 @@ class CodePanel(anywidget.AnyWidget):
     _css = STATIC / "config_widget.css"
 
     code = traitlets.Unicode("").tag(sync=True)
+    form_id = traitlets.Unicode("").tag(sync=True)  # the form's widget model: its output's cell is where to insert
     issues = traitlets.List().tag(sync=True)  # [{"level", "field", "message"}]
     backend_label = traitlets.Unicode("").tag(sync=True)
 
@@ -55,10 +59,10 @@ class TrainerConfigWidget(w.VBox):
     """A form for `L.Trainer(...)` on HPU that validates as you click and writes the code.
 
     `TrainerConfigWidget(precision="bf16-mixed", devices=2)` presets fields (names as in TrainerConfig).
-    Use it with `L.Trainer(**cfg.trainer_kwargs())`, `cfg.code`, or `cfg.insert_cell()`.
+    Use it with `L.Trainer(**cfg.trainer_kwargs())`, `cfg.code`, the Insert below button, or `cfg.insert_cell()`.
     """
 
-    FIELDS: tuple[str, ...] = ALL_FIELDS
+    PRECISION_ONLY = False  # PrecisionConfigWidget: the precision rows only
 
     def __init__(self, config: TrainerConfig | None = None, **fields: Any) -> None:
         if config is not None and fields:
@@ -66,7 +70,8 @@ class TrainerConfigWidget(w.VBox):
         self._config = config if config is not None else config_from(fields.items())
         self._updating = False
         self._displays = SnapshotDisplays()
-        self.controls = self._make_controls()
+        self.specs = form_fields(type(self._config), precision_only=self.PRECISION_ONLY)
+        self.controls = {name: make_control(spec, getattr(self._config, name)) for name, spec in self.specs.items()}
         # inline flex sizing (ipywidgets' box rules would otherwise keep the panel at its content's width, and a long
         # code line would push it past the output's edge): beside the form when there is room, else below it
         self.panel = CodePanel(layout=w.Layout(flex="1 1 380px", min_width="380px", max_width="760px",
@@ -74,10 +79,11 @@ class TrainerConfigWidget(w.VBox):
         backend = get_backend()
         self.panel.backend_label = backend.describe()
         title = w.HTML(f"<b>{html.escape(self._title())}</b> — {html.escape(self.panel.backend_label)}")
-        form = w.VBox([self._row(name) for name in self.FIELDS], layout=w.Layout(min_width="560px"))
+        form = w.VBox([self._row(name) for name in self.specs], layout=w.Layout(min_width="560px"))
         body = w.HBox([form, self.panel], layout=w.Layout(align_items="flex-start", flex_flow="row wrap",
                                                           width="100%"))
         super().__init__([title, body])
+        self.panel.form_id = self.model_id or ""
         self.add_class("hpu-cfg")
         for _name, control in self.controls.items():
             control.observe(self._on_change, names="value")
@@ -87,44 +93,8 @@ class TrainerConfigWidget(w.VBox):
     def _title(self) -> str:
         return "Trainer configuration"
 
-    def _make_controls(self) -> dict[str, w.Widget]:
-        c = self._config
-        wide = w.Layout(width="300px")
-        make = {
-            "accelerator": lambda: w.ToggleButtons(options=[('"hpu"', "hpu"), ("HPUAccelerator()", "HPUAccelerator()")],
-                                                   value=c.accelerator if c.accelerator in ACCELERATORS else "hpu",
-                                                   style={"button_width": "150px"}),
-            "devices": lambda: w.BoundedIntText(value=c.devices if isinstance(c.devices, int) else 1, min=1, max=1024,
-                                                layout=w.Layout(width="90px")),
-            "strategy": lambda: w.Dropdown(options=[(v, k) for k, v in STRATEGY_LABELS.items()], value=c.strategy,
-                                           layout=wide),
-            "deepspeed_stage": lambda: w.ToggleButtons(options=[(f"ZeRO-{s}", s) for s in DEEPSPEED_STAGES],
-                                                       value=c.deepspeed_stage, style={"button_width": "80px"}),
-            "offload_optimizer": lambda: w.Checkbox(value=c.offload_optimizer, description="offload optimizer to CPU",
-                                                    indent=False),
-            "precision": lambda: w.Dropdown(options=[(v, k) for k, v in PRECISION_LABELS.items()], value=c.precision,
-                                            layout=wide),
-            "autocast": lambda: w.ToggleButtons(options=[(v, k) for k, v in AUTOCAST_LABELS.items()], value=c.autocast,
-                                                style={"button_width": "148px"}),
-            "lower_list": lambda: w.Text(value=op_list_text(c.lower_list), layout=wide,
-                                         placeholder="op names (linear, matmul) or a file"),
-            "fp32_list": lambda: w.Text(value=op_list_text(c.fp32_list), layout=wide,
-                                        placeholder="op names (softmax, log_softmax) or a file"),
-            "fp8_data_path": lambda: w.Text(value=c.fp8_data_path, layout=wide),
-            "profiler": lambda: w.Checkbox(value=c.profiler, description="HPUProfiler()", indent=False),
-            "monitor": lambda: w.Checkbox(value=c.monitor, description="MemoryMonitor()", indent=False),
-        }
-        return {name: make[name]() for name in self.FIELDS}
-
-    LABELS = {
-        "accelerator": "accelerator", "devices": "devices", "strategy": "strategy", "deepspeed_stage": "ZeRO stage",
-        "offload_optimizer": "offload", "precision": "precision", "autocast": "autocast via",
-        "lower_list": "bf16 op list", "fp32_list": "fp32 op list", "fp8_data_path": "fp8 data dir",
-        "profiler": "profiler", "monitor": "memory chart",
-    }
-
     def _row(self, name: str) -> w.Widget:
-        label = w.Label(self.LABELS[name], layout=w.Layout(width="110px"))
+        label = w.Label(self.specs[name].label, layout=w.Layout(width="110px"))
         row = w.HBox([label, self.controls[name]])
         row.add_class(f"hpu-cfg-row-{name}")
         return row
@@ -132,9 +102,7 @@ class TrainerConfigWidget(w.VBox):
     # -- state ----------------------------------------------------------------------------------------------
     def _value_of(self, name: str) -> Any:
         value = self.controls[name].value
-        if name in ("lower_list", "fp32_list"):
-            return parse_op_list(value)
-        return value
+        return parse_op_list(value) if self.specs[name].kind == "oplist" else value
 
     def _on_change(self, change: dict) -> None:
         if self._updating:
@@ -148,9 +116,10 @@ class TrainerConfigWidget(w.VBox):
         c = self._config
         issues = c.issues()
         bad = {i.field for i in issues if i.level == "error"}
+        oplist_bad = any(self.specs[name].kind == "oplist" for name in bad & set(self.specs))  # one check of both
         for name, control in self.controls.items():
             control.disabled = not c.relevant(name)
-            if name in bad or (name == "fp32_list" and "lower_list" in bad):
+            if name in bad or (self.specs[name].kind == "oplist" and oplist_bad):
                 control.add_class("hpu-cfg-invalid")
             else:
                 control.remove_class("hpu-cfg-invalid")
@@ -162,13 +131,14 @@ class TrainerConfigWidget(w.VBox):
 
     def set(self, **fields: Any) -> TrainerConfigWidget:
         """Change fields from code (the form follows); returns self."""
-        config = config_from({**{n: getattr(self._config, n) for n in TrainerConfig.field_names()}, **fields}.items())
+        config = config_from({**{n: getattr(self._config, n) for n in self._config.field_names()}, **fields}.items(),
+                             type(self._config))
         self._config = config
         self._updating = True
         try:
             for name, control in self.controls.items():
                 value = getattr(config, name)
-                control.value = op_list_text(value) if name in ("lower_list", "fp32_list") else value
+                control.value = op_list_text(value) if self.specs[name].kind == "oplist" else value
         finally:
             self._updating = False
         self._refresh()
@@ -197,7 +167,8 @@ class TrainerConfigWidget(w.VBox):
         return self._config.build(model)
 
     def insert_cell(self) -> None:
-        """Put the code into a new cell below this one (IPython's set_next_input payload; JupyterLab 4 honours it)."""
+        """Put the code into a new cell below the running one (IPython's set_next_input payload, which JupyterLab,
+        Notebook 7 and classic Notebook honour); the form's Insert below button does it without running a cell."""
         shell = get_ipython()
         if shell is None:
             raise RuntimeError("insert_cell() needs IPython or Jupyter; outside them, use cfg.code.")
@@ -239,7 +210,7 @@ class TrainerConfigWidget(w.VBox):
 class PrecisionConfigWidget(TrainerConfigWidget):
     """The precision part of the form only: precision, autocast style, op lists, fp8 data directory."""
 
-    FIELDS = PRECISION_FIELDS
+    PRECISION_ONLY = True
 
     def _title(self) -> str:
         return "Precision configuration"

@@ -28,6 +28,11 @@ class Generation:
     syn_device_type: str  # its member of habana_frameworks.torch.utils.experimental.synDeviceType
     board_prefix: str  # how its boards' product names start (hl-smi): HL-205 Gaudi, HL-225 Gaudi2, HL-325 Gaudi3
 
+    @property
+    def label(self) -> str:
+        """How users name it: "Gaudi2"."""
+        return self.key.capitalize()
+
     def fp16_support(self) -> tuple[bool, str]:
         """(available, reason): fp16 needs Gaudi2 or newer."""
         return _support(self.supports_fp16, "fp16", self.device_name)
@@ -37,11 +42,15 @@ class Generation:
         return _support(self.supports_fp8, "fp8", self.device_name)
 
 
+def first_supporting(what: str) -> Generation:
+    """The first generation with `what` ("fp16" or "fp8"): what "needs Gaudi2 or newer" and the form's labels say."""
+    return next(gen for gen in GENERATIONS.values() if getattr(gen, f"supports_{what}"))
+
+
 def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
     if flag:
         return True, ""
-    first = next(gen.key for gen in GENERATIONS.values() if getattr(gen, f"supports_{what}"))
-    return False, f"{what} is not supported on {device_name}: it needs {first.capitalize()} or newer."
+    return False, f"{what} is not supported on {device_name}: it needs {first_supporting(what).label} or newer."
 
 
 GENERATIONS: dict[str, Generation] = {

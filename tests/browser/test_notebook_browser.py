@@ -1,6 +1,7 @@
 """In a real JupyterLab + Chromium: %hpu_info; a Trainer's one HPU line; MemoryMonitor's chart live during fit (memory,
 loss, throughput, hover values) and after an OOM run (one set of figures); TrainerConfigWidget driven through fp8,
-DeepSpeed, offload and autocast changes without a dead end, Copy, insert_cell(), and the inserted code trains.
+DeepSpeed, offload and autocast changes without a dead end, its labels whole, Copy, Insert below and insert_cell(), and
+the inserted code trains.
 Screenshots go to the artifacts folder (and to docs/screenshots/ with HPU_NB_UPDATE_SCREENSHOTS=1)."""
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ FORM_CELLS = [
                                                        enable_model_summary=False, enable_progress_bar=False))
 cfg""",
     # 2: the model, with the form's ZeRO-Offload snippet pasted in (checked against the code below), and the code as
-    # a new cell below
+    # a new cell below (the form's Insert below button puts it under the form's cell first)
     """from deepspeed.ops.adam import DeepSpeedCPUAdam
 
 class OffloadNet(Net):
@@ -91,6 +92,28 @@ DEAD_ENDS = """(i) => {
     if (controls.length && [...controls].every((c) => c.disabled)) bad.push(li.textContent);
   }
   return bad;
+}"""
+
+CUT_LABELS = """(i) => {
+  // every choice's label shows whole: a dropdown's options fit its box (beside the arrow), a toggle's text its button
+  const node = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
+  const ctx = document.createElement('canvas').getContext('2d');
+  const cut = [];
+  for (const select of node.querySelectorAll('.hpu-cfg select')) {
+    const style = getComputedStyle(select);
+    ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    const room = select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    for (const option of select.options) {
+      if (ctx.measureText(option.text).width > room) cut.push(`${option.text} (${room}px)`);
+    }
+  }
+  for (const button of node.querySelectorAll('.hpu-cfg .widget-toggle-button')) {
+    if (button.scrollWidth > button.clientWidth + 1) cut.push(button.textContent);
+  }
+  for (const label of node.querySelectorAll('.hpu-cfg .widget-label, .hpu-cfg .widget-checkbox label')) {
+    if (label.scrollWidth > label.clientWidth + 1) cut.push(label.textContent);
+  }
+  return cut;
 }"""
 
 
@@ -232,6 +255,7 @@ def _check_form(lab) -> None:
 
     pick("precision", "fp8 training (Gaudi2+)")
     settle("replace_layers=True")
+    assert lab.page.evaluate(CUT_LABELS, 1) == []  # dropdown labels, toggle buttons and row labels show whole
     pick("strategy", "FSDP (HPUFSDPStrategy)")
     settle("fp8 is not available with the fsdp strategy")  # an error on precision, which stays enabled
     assert form.locator(".hpu-cfg-issue[data-field='precision']").count() == 1
@@ -243,7 +267,7 @@ def _check_form(lab) -> None:
     settle("return DeepSpeedCPUAdam(self.parameters(), lr=0.001)")  # a snippet to paste, not a patched model
     pick("autocast", "with torch.autocast")
     settle("torch.autocast(device_type=")
-    pick("precision", "fp8 inference: 1. measure")  # the reported dead end: autocast no longer matters
+    pick("precision", "fp8 inference: 1. measure (Gaudi2+)")  # the reported dead end: autocast no longer matters
     settle("quant=False,")
     assert form.locator(".hpu-cfg-row-autocast button").first.is_disabled()
     assert "autocast" not in form.locator(".hpu-cfg-issues").inner_text()
@@ -254,6 +278,7 @@ def _check_form(lab) -> None:
         """() => window.jupyterapp.shell.currentWidget.content.widgets[1].node.querySelector('.hpu-cfg-panel')
             .getAttribute('data-errors') === '0'""")
     assert "HPUDeepSpeedStrategy(zero_optimization=True, stage=2, offload_optimizer=True)" in after
+    assert "max_epochs=3," in after  # bounded by default, and says why
     assert "return DeepSpeedCPUAdam(self.parameters(), lr=0.001)" in after  # what cell 2 pasted into OffloadNet
     box = lab.page.evaluate("""() => {
         const node = window.jupyterapp.shell.currentWidget.content.widgets[1].node;
@@ -279,18 +304,25 @@ def _check_form(lab) -> None:
     if clip is not None:
         assert clip.strip() == after.strip()
 
+    # Insert below: the code in a new cell right under the form's, from the front end (no cell run)
+    cells = lab.cell_count()
+    form.locator("button.hpu-cfg-insert").click()
+    lab.page.wait_for_function(f"() => window.jupyterapp.shell.currentWidget.content.widgets.length > {cells}")
+    assert form.locator(".hpu-cfg-panel").get_attribute("data-inserted") == "inserted"
+    assert lab.cell_source(2).strip() == after.strip(), lab.cell_source(2)
+
     # the kernel saw the clicks: insert_cell() puts the same code in a new cell below, and that code trains
     cells = lab.cell_count()
-    lab.run_cell(2)
+    lab.run_cell(3)
     lab.page.wait_for_function(f"() => window.jupyterapp.shell.currentWidget.content.widgets.length > {cells}")
-    inserted = lab.cell_source(3)
+    inserted = lab.cell_source(4)
     assert inserted.strip() == after.strip(), inserted
     lab.page.evaluate(
         """(src) => { const nb = window.jupyterapp.shell.currentWidget.content;
-            nb.model.sharedModel.insertCell(4, {cell_type: 'code', source: src}); }""", FIT)
-    lab.run_cell(3, timeout=300)
+            nb.model.sharedModel.insertCell(5, {cell_type: 'code', source: src}); }""", FIT)
     lab.run_cell(4, timeout=300)
-    trained = lab.cell_text(4)
+    lab.run_cell(5, timeout=300)
+    trained = lab.cell_text(5)
     assert "TRAINED True HPUDeepSpeedStrategy DeepSpeedCPUAdam" in trained, trained
-    built = lab.cell_text(3)
+    built = lab.cell_text(4)
     assert "cannot find -laio" not in built + trained and "collect2" not in built + trained

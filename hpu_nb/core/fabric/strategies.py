@@ -11,7 +11,7 @@ thing is where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_st
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from lightning.fabric.strategies.ddp import DDPStrategy
@@ -161,10 +161,8 @@ class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, HPUAcceleratorOnly, FS
             kwargs["precision"] = HPUFSDPPrecision.from_plugin(kwargs["precision"])
         super().__init__(*args, **kwargs)
 
-    @staticmethod
-    def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:
-        """What `Fabric(precision=...)` means with this strategy (chosen by hpu_nb's connector hook)."""
-        return HPUFSDPPrecision(precision)
+    # what `Fabric(precision=...)` means with this strategy (made by hpu_nb's connector hook)
+    hpu_precision_plugin: ClassVar[type[HPUFSDPPrecision]] = HPUFSDPPrecision
 
     @property
     @override

@@ -19,7 +19,7 @@ import os
 import weakref
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Literal, TypeGuard
+from typing import Any, ClassVar, Literal, TypeGuard
 
 import torch
 from lightning.fabric.plugins.precision.utils import _convert_fp_tensor
@@ -52,6 +52,7 @@ __all__ = ["HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "deepspeed_iss
 
 EXTRA_HINT = "pip install 'hpu_nb[deepspeed]'"
 ZERO_STAGES = (0, 1, 2, 3)
+OPTIMIZER_OFFLOAD_STAGES = (1, 2, 3)  # the ZeRO stages that can step the optimizer on the CPU (ZeRO-Offload)
 DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "fp8")
 EnginePrecision = Literal["32-true", "bf16-mixed", "bf16-true", "16-mixed"]  # Lightning's names: DeepSpeed runs one
 ENGINE_PRECISIONS: tuple[EnginePrecision, ...] = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
@@ -105,7 +106,7 @@ def deepspeed_issues(
             f"Offloading parameters with offload_parameters=True needs ZeRO stage 3, but stage is {stage}{off}. Use"
             " stage=3, or offload only the optimizer (offload_optimizer=True) with stage 1 or 2 (in a DeepSpeed"
             " config: 'offload_param' needs 'stage': 3).")))
-    if offload_optimizer and zero_stage == 0:  # lightning-habana ignored it: so do we, saying so
+    if offload_optimizer and zero_stage not in OPTIMIZER_OFFLOAD_STAGES:  # lightning-habana ignored it: so do we
         issues.append(Issue("offload_optimizer", (
             f"offload_optimizer=True is ignored: offloading the optimizer needs ZeRO stage 1, 2 or 3, but stage is "
             f"{stage}{off}: the optimizer stays on the device (so does a DeepSpeed config's 'offload_optimizer')."),
@@ -336,10 +337,8 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         validate_zero_config(self.config, get_backend())
         self.inference_kwargs = inference_kwargs
 
-    # -- precision: chosen by hpu_nb's selection hook for Trainer(precision=...) ---------------------------------
-    @staticmethod
-    def hpu_precision_plugin(precision: Any) -> HPUDeepSpeedPrecisionPlugin:
-        return HPUDeepSpeedPrecisionPlugin(precision)
+    # -- precision: the plugin hpu_nb's selection hook makes for Trainer(precision=...) -------------------------
+    hpu_precision_plugin: ClassVar[type[HPUDeepSpeedPrecisionPlugin]] = HPUDeepSpeedPrecisionPlugin
 
     # -- a config that enables bf16 / fp16 sets the precision, as in lightning-habana's BF16-optimizer example -
     @override

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import lightning.pytorch.strategies.fsdp as pl_fsdp
 import torch
@@ -145,9 +145,7 @@ class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
         check_eager_mode()
         super().__init__(*args, **kwargs)
 
-    @staticmethod
-    def hpu_precision_plugin(precision: Any) -> HPUFSDPPrecision:
-        return HPUFSDPPrecision(precision)
+    hpu_precision_plugin: ClassVar[type[HPUFSDPPrecision]] = HPUFSDPPrecision  # what Trainer(precision=...) gets
 
     @property
     @override

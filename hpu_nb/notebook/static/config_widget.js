@@ -1,5 +1,6 @@
 // TrainerConfigWidget's code panel (anywidget ESM shipped in hpu_nb: no CDN). Shows the validation messages, the
-// generated code with light syntax colouring, and a Copy button that works without a kernel round trip.
+// generated code with light syntax colouring, a Copy button that works without a kernel round trip, and an Insert below
+// button that puts the code into a new cell under the form's cell.
 
 const KEYWORDS = new Set(["import", "from", "as", "def", "class", "with", "return", "True", "False", "None"]);
 
@@ -51,6 +52,44 @@ async function copyText(text) {
   return ok;
 }
 
+function outputsOf(cell) {
+  if (typeof cell.getOutputs === "function") return cell.getOutputs() || [];
+  return cell.outputs || [];
+}
+
+function insertBelow(model, el, code) {
+  // JupyterLab and Notebook 7: the widget manager's document context holds the notebook model. The form's cell is the
+  // one whose output shows the form's widget (by model id), else the cell whose DOM node holds this panel.
+  const context = model.widget_manager && model.widget_manager.context;
+  const shared = context && context.model && context.model.sharedModel;
+  if (shared && shared.cells && typeof shared.insertCell === "function") {
+    const formId = model.get("form_id");
+    let index = shared.cells.findIndex((cell) => outputsOf(cell).some((out) => {
+      const view = out && out.data && out.data["application/vnd.jupyter.widget-view+json"];
+      return Boolean(view && formId && view.model_id === formId);
+    }));
+    if (index < 0) {
+      const node = el.closest(".jp-Cell");
+      const all = node && node.parentElement ? [...node.parentElement.querySelectorAll(":scope > .jp-Cell")] : [];
+      index = node ? all.indexOf(node) : -1;
+    }
+    if (index >= 0) {
+      shared.insertCell(index + 1, { cell_type: "code", source: code });
+      return "inserted";
+    }
+  }
+  // classic Notebook (nbclassic, Notebook 6): its global notebook object
+  const classic = window.Jupyter && window.Jupyter.notebook;
+  if (classic && typeof classic.get_cells === "function") {
+    const index = classic.get_cells().findIndex((cell) => cell.element && cell.element[0].contains(el));
+    if (index >= 0) {
+      classic.insert_cell_below("code", index).set_text(code);
+      return "inserted";
+    }
+  }
+  return null;  // Voila, VS Code, a static page: no notebook to write into
+}
+
 function render({ model, el }) {
   el.classList.add("hpu-cfg-panel");
   const issues = document.createElement("ul");
@@ -64,7 +103,14 @@ function render({ model, el }) {
   copy.className = "hpu-cfg-copy";
   copy.textContent = "Copy";
   copy.title = "Copy the code to the clipboard";
-  bar.append(label, copy);
+  const insert = document.createElement("button");
+  insert.className = "hpu-cfg-insert";
+  insert.textContent = "Insert below";
+  insert.title = "Put the code into a new cell below this one";
+  const buttons = document.createElement("span");
+  buttons.className = "hpu-cfg-buttons";
+  buttons.append(insert, copy);
+  bar.append(label, buttons);
   const pre = document.createElement("pre");
   pre.className = "hpu-cfg-code";
   el.append(issues, bar, pre);
@@ -91,6 +137,21 @@ function render({ model, el }) {
     copy.textContent = ok ? "Copied ✓" : "Copy failed";
     el.setAttribute("data-copied", ok ? "yes" : "no");
     setTimeout(() => { copy.textContent = "Copy"; }, 1500);
+  });
+  insert.addEventListener("click", async () => {
+    const code = model.get("code");
+    let how = null;
+    try {
+      how = insertBelow(model, el, code);
+    } catch (err) {
+      how = null;
+    }
+    if (!how) {  // no notebook here: the clipboard, and a word on where to paste it
+      how = (await copyText(code)) ? "copied" : "failed";
+    }
+    insert.textContent = { inserted: "Inserted ✓", copied: "Copied: paste it in a cell", failed: "Use cfg.code" }[how];
+    el.setAttribute("data-inserted", how);
+    setTimeout(() => { insert.textContent = "Insert below"; }, 2500);
   });
   model.on("change:code change:issues", draw);
   draw();

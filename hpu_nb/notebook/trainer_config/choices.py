@@ -1,36 +1,104 @@
-"""The Trainer form's vocabulary: the values each field accepts, the words the form shows for them, and the groups of
-values the model's relevance, rules and plan speak of (one place, so the form and the model cannot disagree)."""
+"""The Trainer form's vocabulary: the values each field accepts and the words the form shows for them.
+
+The values and the rules about them are hpu_nb.core's (the precisions its plugins run, the ZeRO stages, which precision
+plugin a strategy gets, what each precision needs of the Gaudi generation); this module only adds the form's own
+choices (the two steps of fp8 inference, the autocast style) and the words, so a new rule in core reaches the form
+without an edit here.
+"""
 
 from __future__ import annotations
 
-from hpu_nb.core.strategies.deepspeed import ZERO_STAGES
+from dataclasses import dataclass
 
-ACCELERATORS = ("hpu", "HPUAccelerator()")
-STRATEGIES = ("auto", "single", "parallel", "ddp", "deepspeed", "fsdp")
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8", "fp8-measure", "fp8-quantize")
+from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceStrategy
+
+from hpu_nb.core.precision_names import AUTOCAST_PRECISIONS, PLUGIN_PRECISIONS
+from hpu_nb.core.precision_rules import generation_feature
+from hpu_nb.core.selection import precision_plugin_class, takes_op_lists
+from hpu_nb.core.strategies.deepspeed import ZERO_STAGES, HPUDeepSpeedStrategy
+from hpu_nb.core.strategies.fsdp import HPUFSDPStrategy
+from hpu_nb.core.strategies.parallel import HPUDDPStrategy, HPUParallelStrategy
+from hpu_nb.core.strategies.single import SingleHPUStrategy
+from hpu_nb.runtime.generations import first_supporting
+
 AUTOCAST_STYLES = ("plugin", "context", "decorator")
-DEEPSPEED_STAGES = ZERO_STAGES
-
-STRATEGY_LABELS = {
-    "auto": "auto (single for 1 device, parallel for more)",
-    "single": "single device (hpu_single)",
-    "parallel": "parallel / DDP over HCCL (hpu_parallel)",
-    "ddp": "DDP (hpu_ddp)",
-    "deepspeed": "DeepSpeed ZeRO (HPUDeepSpeedStrategy)",
-    "fsdp": "FSDP (HPUFSDPStrategy)",
-}
-PRECISION_LABELS = {
-    "32-true": "32-true (fp32)",
-    "bf16-mixed": "bf16-mixed",
-    "16-mixed": "16-mixed (fp16, Gaudi2+)",
-    "fp8": "fp8 training (Gaudi2+)",
-    "fp8-measure": "fp8 inference: 1. measure",
-    "fp8-quantize": "fp8 inference: 2. quantize",
-}
 AUTOCAST_LABELS = {"plugin": "precision plugin", "context": "with torch.autocast", "decorator": "@torch.autocast"}
 
-STRING_STRATEGIES = {"single": "hpu_single", "parallel": "hpu_parallel", "ddp": "hpu_ddp"}  # strategy= as a string
-MIXED = ("bf16-mixed", "16-mixed")
-FP8 = ("fp8", "fp8-measure", "fp8-quantize")
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """One choice of the strategy field: the hpu_nb strategy it means (None: "auto", Lightning's choice)."""
+
+    words: str
+    cls: type | None = None
+    by_name: bool = True  # the code writes strategy="<its registered name>", else a constructor call
+
+    @property
+    def code_name(self) -> str:
+        """What the code writes: the registered name ("hpu_single"), or the class to call ("HPUFSDPStrategy")."""
+        assert self.cls is not None
+        return str(getattr(self.cls, "strategy_name", "")) if self.by_name else self.cls.__name__
+
+    @property
+    def label(self) -> str:
+        return self.words if self.cls is None else f"{self.words} ({self.code_name})"
+
+    @property
+    def precision_plugin(self) -> type:
+        """The precision plugin class this strategy gets (core's choice, as Trainer(precision=...) makes it)."""
+        return precision_plugin_class(self.cls)
+
+    @property
+    def takes_op_lists(self) -> bool:
+        return takes_op_lists(self.precision_plugin)
+
+    @property
+    def one_device(self) -> bool:
+        """A single-device strategy (Lightning's SingleDeviceStrategy): one HPU only."""
+        return self.cls is not None and issubclass(self.cls, SingleDeviceStrategy)
+
+    @property
+    def parallel(self) -> bool:
+        """A strategy of several processes (Lightning's ParallelStrategy), even when asked for one device."""
+        return self.cls is not None and issubclass(self.cls, ParallelStrategy)
+
+
+STRATEGIES = {
+    "auto": StrategyChoice("auto (single for 1 device, parallel for more)"),
+    "single": StrategyChoice("single device", SingleHPUStrategy),
+    "parallel": StrategyChoice("parallel / DDP over HCCL", HPUParallelStrategy),
+    "ddp": StrategyChoice("DDP", HPUDDPStrategy),
+    "deepspeed": StrategyChoice("DeepSpeed ZeRO", HPUDeepSpeedStrategy, by_name=False),
+    "fsdp": StrategyChoice("FSDP", HPUFSDPStrategy, by_name=False),
+}
+
+# the precisions: what hpu_nb's plugins run, plus fp8 inference's two steps (convert_modules(inference=True))
 FP8_INFERENCE = ("fp8-measure", "fp8-quantize")
+PRECISIONS = (*PLUGIN_PRECISIONS, *FP8_INFERENCE)
+MIXED = AUTOCAST_PRECISIONS  # the precisions whose autocast the style and op lists are about
+_PRECISION_WORDS = {"32-true": "32-true (fp32)", "16-mixed": "16-mixed (fp16)", "fp8": "fp8 training",
+                    "fp8-measure": "fp8 inference: 1. measure", "fp8-quantize": "fp8 inference: 2. quantize"}
+
+
+def plugin_precision(precision: str) -> str:
+    """The plugin's precision for a form choice: "fp8" for fp8 inference's steps, else the choice itself."""
+    return "fp8" if precision in FP8_INFERENCE else precision
+
+
+def precision_label(precision: str) -> str:
+    """The words for a precision, with the first Gaudi generation that runs it ("16-mixed (fp16, Gaudi2+)")."""
+    words = _PRECISION_WORDS.get(precision, precision)
+    feature = generation_feature(plugin_precision(precision))
+    if feature is None:
+        return words
+    since = f"{first_supporting(feature).label}+"
+    return f"{words[:-1]}, {since})" if words.endswith(")") else f"{words} ({since})"
+
+
+# (label, value) of each choice, in the form's order
+ACCELERATOR_OPTIONS = (('"hpu"', "hpu"), ("HPUAccelerator()", "HPUAccelerator()"))
+STRATEGY_OPTIONS = tuple((choice.label, key) for key, choice in STRATEGIES.items())
+STAGE_OPTIONS = tuple((f"ZeRO-{stage}", stage) for stage in ZERO_STAGES)
+PRECISION_OPTIONS = tuple((precision_label(p), p) for p in PRECISIONS)
+AUTOCAST_OPTIONS = tuple((AUTOCAST_LABELS[s], s) for s in AUTOCAST_STYLES)
 SETS_ITSELF = ("accelerator", "devices", "strategy", "precision", "plugins", "profiler", "callbacks")  # not in extra

@@ -14,23 +14,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from hpu_nb.core.accelerator import devices_issues
 from hpu_nb.core.issues import Issue
 from hpu_nb.core.oplists import load_op_lists
 from hpu_nb.core.precision_rules import fp8_quantize_issues, generation_issues
-from hpu_nb.core.strategies.deepspeed import deepspeed_issues
+from hpu_nb.core.strategies.deepspeed import OPTIMIZER_OFFLOAD_STAGES, deepspeed_issues
 from hpu_nb.core.strategies.fsdp import fsdp_issues
 from hpu_nb.notebook.trainer_config.choices import (
-    ACCELERATORS,
-    AUTOCAST_STYLES,
-    FP8,
+    ACCELERATOR_OPTIONS,
+    AUTOCAST_OPTIONS,
     FP8_INFERENCE,
     MIXED,
-    PRECISIONS,
+    PRECISION_OPTIONS,
     SETS_ITSELF,
+    STAGE_OPTIONS,
     STRATEGIES,
-    STRING_STRATEGIES,
+    STRATEGY_OPTIONS,
+    StrategyChoice,
+    plugin_precision,
 )
 from hpu_nb.notebook.trainer_config.evaluate import run_plan
+from hpu_nb.notebook.trainer_config.form import control, form_fields
 from hpu_nb.notebook.trainer_config.op_list_field import OpList, op_value
 from hpu_nb.notebook.trainer_config.plan import Call, Plan, Ref, Statement, items
 from hpu_nb.notebook.trainer_config.plan import required_names as plan_names
@@ -56,20 +60,30 @@ class InvalidConfigError(ValueError):
 class TrainerConfig:
     """The choices of a Trainer on HPU. Every field has a safe default; `issues()` says what is wrong."""
 
-    accelerator: str = "hpu"
-    devices: int = 1
-    strategy: str = "auto"
-    deepspeed_stage: int = 2
-    offload_optimizer: bool = False
-    precision: str = "32-true"
-    autocast: str = "plugin"
-    lower_list: OpList = None  # ops forced to bf16 / fp16 under autocast
-    fp32_list: OpList = None  # ops kept in fp32 under autocast
-    fp8_data_path: str = "fp8_data"
-    profiler: bool = False
-    monitor: bool = False
+    # the form's rows, in this order (hpu_nb.notebook.trainer_config.form): a field with a control is a row
+    accelerator: str = field(default="hpu", metadata=control("accelerator", "toggle", options=ACCELERATOR_OPTIONS))
+    devices: int = field(default=1, metadata=control("devices", "int"))
+    max_epochs: int = field(default=3, metadata=control(
+        "epochs", "int", minimum=1, trainer_argument=True,
+        note="a short first run (Lightning's default is 1000 epochs); raise it for more"))
+    strategy: str = field(default="auto", metadata=control("strategy", "dropdown", options=STRATEGY_OPTIONS))
+    deepspeed_stage: int = field(default=2, metadata=control("ZeRO stage", "toggle", options=STAGE_OPTIONS))
+    offload_optimizer: bool = field(default=False, metadata=control("offload", "check",
+                                                                    text="offload optimizer to CPU"))
+    precision: str = field(default="32-true", metadata=control("precision", "dropdown", options=PRECISION_OPTIONS,
+                                                               precision_part=True))
+    autocast: str = field(default="plugin", metadata=control("autocast via", "toggle", options=AUTOCAST_OPTIONS,
+                                                             precision_part=True))
+    lower_list: OpList = field(default=None, metadata=control(  # ops forced to bf16 / fp16 under autocast
+        "bf16 op list", "oplist", text="op names (linear, matmul) or a file", precision_part=True))
+    fp32_list: OpList = field(default=None, metadata=control(  # ops kept in fp32 under autocast
+        "fp32 op list", "oplist", text="op names (softmax, log_softmax) or a file", precision_part=True))
+    fp8_data_path: str = field(default="fp8_data", metadata=control("fp8 data dir", "text", precision_part=True))
+    profiler: bool = field(default=False, metadata=control("profiler", "check", text="HPUProfiler()"))
+    monitor: bool = field(default=False, metadata=control("memory chart", "check", text="MemoryMonitor()"))
+    # not in the form
     offload_lr: float = 1e-3  # learning rate of DeepSpeedCPUAdam, the optimizer ZeRO-Offload needs
-    extra: dict[str, Any] = field(default_factory=dict)  # more Trainer arguments, e.g. {"max_epochs": 3}
+    extra: dict[str, Any] = field(default_factory=dict)  # more Trainer arguments, e.g. {"gradient_clip_val": 1.0}
 
     # -- which fields matter ----------------------------------------------------------------------------------
     def relevant(self, name: str) -> bool:
@@ -77,15 +91,23 @@ class TrainerConfig:
         if name == "deepspeed_stage":
             return self.strategy == "deepspeed"
         if name in ("offload_optimizer", "offload_lr"):
-            return self.strategy == "deepspeed" and self.deepspeed_stage in (1, 2, 3) and (
+            return self.strategy == "deepspeed" and self.deepspeed_stage in OPTIMIZER_OFFLOAD_STAGES and (
                 name == "offload_optimizer" or self.offload_optimizer)
         if name == "autocast":
             return self.precision in MIXED
         if name in ("lower_list", "fp32_list"):
-            return self.precision in MIXED and self.autocast == "plugin" and self.strategy not in ("deepspeed", "fsdp")
+            return self.precision in MIXED and self.autocast == "plugin" and self._strategy.takes_op_lists
         if name == "fp8_data_path":
             return self.precision in FP8_INFERENCE
         return True
+
+    @property
+    def _strategy(self) -> StrategyChoice:
+        return STRATEGIES.get(self.strategy, STRATEGIES["auto"])
+
+    @property
+    def _default_plugin(self) -> type:
+        return STRATEGIES["auto"].precision_plugin
 
     @property
     def offloads(self) -> bool:
@@ -110,14 +132,11 @@ class TrainerConfig:
         def warn(name: str, message: str) -> None:
             out.append(Issue(name, message, "warning"))
 
-        for name, choices in (("accelerator", ACCELERATORS), ("strategy", STRATEGIES), ("precision", PRECISIONS),
-                              ("autocast", AUTOCAST_STYLES)):
-            if getattr(self, name) not in choices:
-                err(name, f"{getattr(self, name)!r} is not one of: {', '.join(map(repr, choices))}.")
+        self._check_form_values(err)
         if out:
             return out
         backend = get_backend()
-        self._check_devices(backend, err)
+        out += devices_issues(self.devices, backend)
         self._check_strategy(err, warn)
         out += self._core_issues(backend)
         self._check_advice(warn)
@@ -128,6 +147,16 @@ class TrainerConfig:
                 err("extra", problem)
         return out
 
+    def _check_form_values(self, err: Any) -> None:
+        """Each field with choices holds one of them; an "int" field is a whole number within its bound."""
+        for name, spec in form_fields(type(self)).items():
+            value = getattr(self, name)
+            if spec.options and self.relevant(name) and value not in spec.values:
+                err(name, f"{value!r} is not one of: {', '.join(map(repr, spec.values))}.")
+            elif spec.minimum is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                               or value < spec.minimum):
+                err(name, f"{name} must be a whole number >= {spec.minimum}, got {value!r}.")
+
     def _core_issues(self, backend: Any) -> list[Issue]:
         """The core validators' issues for these choices, named by this form's fields."""
         found: list[Issue] = []
@@ -137,27 +166,17 @@ class TrainerConfig:
                                       fp8_inference=self.precision in FP8_INFERENCE,
                                       precision=self.trainer_precision, backend=backend, check_installed=True)
         if self.strategy == "fsdp":
-            found += fsdp_issues(backend=backend, precision="fp8" if self.precision in FP8 else None)
-        found += generation_issues("fp8" if self.precision in FP8 else self.precision, backend)
+            found += fsdp_issues(backend=backend, precision="fp8" if self.needs_model else None)
+        found += generation_issues(plugin_precision(self.precision), backend)
         if self.precision == "fp8-quantize":
             found += fp8_quantize_issues(self.strategy, devices)
         return [replace(issue, field=VALIDATOR_FIELDS.get(issue.field, issue.field)) for issue in found]
 
-    def _check_devices(self, backend: Any, err: Any) -> None:
-        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
-            err("devices", f"devices must be a whole number >= 1, got {self.devices!r}.")
-            return
-        available = backend.device_count()
-        if self.devices > available:
-            hint = backend.more_cards_hint()
-            err("devices", f"{self.devices} devices asked for, but only {available} are available "
-                           f"({backend.describe()}).{hint}")
-
     def _check_strategy(self, err: Any, warn: Any) -> None:
         devices = self.devices if isinstance(self.devices, int) else 1
-        if self.strategy == "single" and devices > 1:
+        if self._strategy.one_device and devices > 1:
             err("strategy", f"the single-device strategy runs on one HPU; choose parallel / DDP for {devices} devices.")
-        if self.strategy in ("parallel", "ddp", "deepspeed", "fsdp") and devices == 1:
+        if self._strategy.parallel and devices == 1:
             if self.offloads:  # the offload is real on one card: not what 'single' does
                 warn("strategy", "one device: ZeRO partitions nothing across one card; what DeepSpeed gives here is "
                                  "the optimizer's state and step on the CPU (ZeRO-Offload), which 'single' does not.")
@@ -180,19 +199,24 @@ class TrainerConfig:
             warn("precision", "quantize after measuring: the measurement run must have ended (its predict or "
                               "test writes them), and the model quantized is a fresh one with the same weights; "
                               f"the measurements are read from {self._fp8_dir_text}.")
-        if self.relevant("autocast") and self.autocast != "plugin" and self.strategy in ("deepspeed", "fsdp"):
-            warn("autocast", f"{self.strategy} manages precision itself; autocast in your own code is on top of it.")
+        plugin = self._strategy.precision_plugin
+        if self.relevant("autocast") and self.autocast != "plugin" and plugin is not self._default_plugin:
+            warn("autocast", f"{self._strategy.words} runs in 32-true here ({plugin.__name__}(\"32-true\"): fp32 "
+                             f"weights and optimizer); your autocast computes in {self.precision} inside your "
+                             f"forward only. For {self._strategy.words}'s own {self.precision}, choose 'precision "
+                             "plugin'.")
 
     def _check_op_lists(self, err: Any, warn: Any) -> None:
         if not (self.lower_list or self.fp32_list):
             return
         if not self.relevant("lower_list"):
-            why = ("they act through HPUPrecisionPlugin's bf16-mixed / 16-mixed autocast" if self.precision in MIXED
-                   and self.strategy not in ("deepspeed", "fsdp") else
-                   f"the {self.strategy} precision plugin takes none" if self.precision in MIXED else
-                   "they act on bf16-mixed / 16-mixed only")
-            field_name = "autocast" if self.precision in MIXED and self.autocast != "plugin" else (
-                "strategy" if self.precision in MIXED else "precision")
+            plugin = self._strategy.precision_plugin
+            if self.precision not in MIXED:
+                field_name, why = "precision", f"they act on {' / '.join(MIXED)} only"
+            elif not self._strategy.takes_op_lists:
+                field_name, why = "strategy", f"{self._strategy.words}'s plugin, {plugin.__name__}, takes none"
+            else:
+                field_name, why = "autocast", f"they act through {plugin.__name__}'s autocast"
             warn(field_name, f"the op lists are not used with these choices ({why}).")
             return
         try:
@@ -218,11 +242,11 @@ class TrainerConfig:
     @property
     def needs_model(self) -> bool:
         """fp8 converts the model: the code then uses your `model` (ZeRO-Offload only asks for a pasted snippet)."""
-        return self.precision in FP8
+        return plugin_precision(self.precision) == "fp8"
 
     @property
     def uses_plugin(self) -> bool:
-        return self.precision in FP8 or self.op_lists
+        return self.needs_model or self.op_lists
 
     @property
     def trainer_precision(self) -> str | None:
@@ -237,12 +261,12 @@ class TrainerConfig:
         """The statements that make the Trainer (and, for fp8, prepare `model`)."""
         steps: Plan = []
         if self.uses_plugin:
-            kwargs: dict[str, Any] = {"precision": "fp8" if self.precision in FP8 else self.precision}
+            kwargs: dict[str, Any] = {"precision": plugin_precision(self.precision)}
             if self.op_lists:
                 for name in ("lower_list", "fp32_list"):
                     if getattr(self, name):
                         kwargs[name] = op_value(getattr(self, name))
-            plugin = "HPUDeepSpeedPrecisionPlugin" if self.strategy == "deepspeed" else "HPUPrecisionPlugin"
+            plugin = self._strategy.precision_plugin.__name__  # the plugin core gives this strategy
             steps.append(Statement("plugin", Call(plugin, items(kwargs))))
             convert = self._convert_call()
             if convert is not None:
@@ -253,14 +277,9 @@ class TrainerConfig:
         args: dict[str, Any] = {}
         args["accelerator"] = Call("HPUAccelerator") if self.accelerator == "HPUAccelerator()" else "hpu"
         args["devices"] = self.devices
-        if self.strategy in STRING_STRATEGIES:
-            args["strategy"] = STRING_STRATEGIES[self.strategy]
-        elif self.strategy == "deepspeed":
-            args["strategy"] = Call("HPUDeepSpeedStrategy", (("zero_optimization", True),
-                                                             ("stage", self.deepspeed_stage),
-                                                             ("offload_optimizer", self.offloads)))
-        elif self.strategy == "fsdp":
-            args["strategy"] = Call("HPUFSDPStrategy")
+        if self._strategy.cls is not None:  # "auto": Lightning's choice, no argument
+            name = self._strategy.code_name
+            args["strategy"] = name if self._strategy.by_name else Call(name, items(self._strategy_arguments()))
         if self.trainer_precision is not None:
             args["precision"] = self.trainer_precision
         if self.uses_plugin:
@@ -269,10 +288,21 @@ class TrainerConfig:
             args["profiler"] = Call("HPUProfiler")
         if self.monitor:
             args["callbacks"] = [Call("MemoryMonitor")]
+        notes = []
+        for name, spec in form_fields(type(self)).items():
+            if spec.trainer_argument and name not in self.extra:  # `extra` may set it instead
+                args[name] = getattr(self, name)
+                notes += [(name, spec.note)] if spec.note else []
         # only what the code can write exactly (the rest is an error above; never interpolated into the code)
         args.update({k: v for k, v in self.extra.items() if extra_problem(k, v) is None})
-        steps.append(Statement("trainer", Call("L.Trainer", items(args))))
+        steps.append(Statement("trainer", Call("L.Trainer", items(args)), arg_notes=tuple(notes)))
         return steps
+
+    def _strategy_arguments(self) -> dict[str, Any]:
+        """The strategy's constructor arguments the form sets (DeepSpeed's ZeRO stage and offload)."""
+        if self.strategy != "deepspeed":
+            return {}
+        return {"zero_optimization": True, "stage": self.deepspeed_stage, "offload_optimizer": self.offloads}
 
     def _convert_call(self) -> tuple[str, dict[str, Any]] | None:
         """(comment, keyword arguments) of plugin.convert_modules for fp8, else None. A blank fp8_data_path is left
@@ -360,11 +390,12 @@ def extra_problem(key: Any, value: Any) -> str | None:
     return None
 
 
-def config_from(values: Iterable[tuple[str, Any]]) -> TrainerConfig:
-    """A TrainerConfig from (field, value) pairs, with a clear error for an unknown field."""
-    known = set(TrainerConfig.field_names())
+def config_from(values: Iterable[tuple[str, Any]], cls: type[TrainerConfig] | None = None) -> TrainerConfig:
+    """A TrainerConfig (or a subclass with more fields) from (field, value) pairs; a clear error for an unknown one."""
+    cls = cls or TrainerConfig
+    known = set(cls.field_names())
     data = dict(values)
     unknown = sorted(set(data) - known)
     if unknown:
         raise TypeError(f"Unknown TrainerConfig field(s) {unknown}; known: {', '.join(sorted(known))}.")
-    return TrainerConfig(**data)
+    return cls(**data)

@@ -19,8 +19,8 @@ IMPORTS = {
     "datetime": "import datetime",
     "pathlib": "import pathlib",
 }
-HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPStrategy",
-                "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
+HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPPrecision",
+                "HPUFSDPStrategy", "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Statement:
     value: Any
     comments: tuple[str, ...] = ()  # lines above the statement
     note: str = ""  # what the statement does (a comment line above it)
+    arg_notes: tuple[tuple[str, str], ...] = ()  # (keyword, comment above it) in the Trainer call
 
 
 Plan = list[Statement]

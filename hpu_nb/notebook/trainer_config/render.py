@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpu_nb.core.issues import Issue
+from hpu_nb.core.precision_names import autocast_dtype
 from hpu_nb.notebook.trainer_config.plan import HPU_NB_NAMES, IMPORTS, Call, Plan, Ref, required_names
 
 
@@ -149,14 +150,18 @@ def plan_code(plan: Plan, errors: Sequence[Issue] = (), snippets: Sequence[list[
     if prepare:
         lines.append("")
     lines.append(f"{last.target} = {last.value.func}(")
-    lines += [f"    {_keyword(key)}={render_value(value)}," for key, value in last.value.kwargs]
+    notes = dict(last.arg_notes)
+    for key, value in last.value.kwargs:
+        if key in notes:
+            lines += comment_lines(notes[key], first="    # ", more="    # ")
+        lines.append(f"    {_keyword(key)}={render_value(value)},")
     lines.append(")")
     return "\n".join(lines) + "\n"
 
 
 def autocast_snippet(precision: str, style: str, device_type: str, backend_kind: str) -> list[str]:
     """Autocast written in the user's LightningModule (style "context" or "decorator"), as commented code lines."""
-    dtype = "torch.bfloat16" if precision == "bf16-mixed" else "torch.float16"
+    dtype = str(autocast_dtype(precision))  # "torch.bfloat16": core's dtype of the precision
     where = f"{backend_kind} autocasts on {device_type!r}"
     call = f'torch.autocast(device_type="{device_type}", dtype={dtype})'
     how = {"context": "a torch.autocast context", "decorator": "the @torch.autocast decorator"}[style]
