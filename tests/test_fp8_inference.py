@@ -506,6 +506,120 @@ def test_fp8_layers_take_a_batch_of_no_rows(measured, fresh_fp8_process) -> None
     assert y.shape == (0, 8) and x.grad.shape == (0, 64)
 
 
+# -- a measure step that would measure nothing, named files that are not files, a failed conversion --------------
+def test_measuring_with_a_trainer_not_given_an_fp8_plugin_fails_naming_the_plugin(tmp_path, fresh_fp8_process) -> None:
+    """It exited 0 with no measurement written and no word; the quantize process found out. Now predict fails there,
+    naming the plugin to add; any fp8 plugin then writes it (lightning-habana's strategies finalize the Trainer's
+    model whenever its precision is fp8)."""
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+
+    fp8_dir = tmp_path / "fp8"
+    model = HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=False,
+                                                      fp8_data_path=str(fp8_dir))
+    with pytest.raises(Fp8InferenceError, match=r"fp8 measurements of Regressor were not written.*precision plugin is"
+                                                r" HPUPrecisionPlugin\(precision='32-true'\).*plugins=\[plugin\]"):
+        predict(model)
+    stats = fp8_dir / "inc_output" / "measure_hooks_maxabs.json"
+    assert not stats.exists()
+    predict(model, HPUPrecisionPlugin("fp8"))  # not the plugin that converted it: an fp8 one is enough
+    assert set(json.loads(stats.read_text())["Nodes"]) == {"net.0", "net.2", "head"}
+
+
+def test_quant_config_asking_to_measure_with_nothing_set_up_warns_at_the_end_of_predict(
+        tmp_path, monkeypatch, fresh_fp8_process) -> None:
+    (tmp_path / "measure.json").write_text(json.dumps(OPTIMUM_MEASURE))
+    monkeypatch.setenv("QUANT_CONFIG", str(tmp_path / "measure.json"))
+    with pytest.warns(UserWarning, match=r"QUANT_CONFIG=.*measure\.json asks for an fp8 measurement \(mode 'MEASURE'\),"
+                                         r" but trainer\.predict\(\) measured nothing.*convert_modules\(model,"
+                                         r" inference=True, quant=False\)"):
+        predict(make_model())
+    (tmp_path / "quant.json").write_text(json.dumps(OPTIMUM_QUANT))
+    monkeypatch.setenv("QUANT_CONFIG", str(tmp_path / "quant.json"))  # a quantize config: nothing to say
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predict(make_model())
+    assert not [w for w in caught if "QUANT_CONFIG" in str(w.message)]
+
+
+@pytest.fixture(params=["/dev/zero", "fifo", "folder"])
+def not_a_file(request, tmp_path) -> tuple[Path, str]:
+    """A path that exists but is no regular file, and the reader's words for it."""
+    if request.param == "/dev/zero":
+        return Path("/dev/zero"), "is not a regular file .*a character device"
+    path = tmp_path / f"a_{request.param}.json"
+    if request.param == "fifo":
+        os.mkfifo(path)
+        return path, "is not a regular file .*a FIFO"
+    path.mkdir()
+    return path, "is a directory: name a file"
+
+
+@pytest.mark.timeout(60)  # a FIFO opened for reading without a writer would block forever
+def test_named_fp8_files_that_are_not_regular_files_are_refused_for_what_they_are(
+        tmp_path, monkeypatch, not_a_file, fresh_fp8_process) -> None:
+    """They were called "does not exist. Measure first"; now each goes through the one bounded reader."""
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    path, words = not_a_file
+    monkeypatch.setenv("QUANT_CONFIG", str(path))
+    with pytest.raises(Fp8InferenceError, match=f"QUANT_CONFIG file '{path}' {words}"):
+        convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))
+    monkeypatch.delenv("QUANT_CONFIG")
+    with pytest.raises(Fp8InferenceError, match=f"quant= config file '{path}' {words}"):
+        convert_modules(make_model(), inference=True, quant=str(path), fp8_data_path=str(tmp_path / "fp8"))
+    missing = tmp_path / "missing.json"
+    monkeypatch.setenv("QUANT_CONFIG", str(missing))
+    with pytest.raises(FileNotFoundError, match=f"QUANT_CONFIG file {missing} does not exist\\.$"):
+        convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))
+
+
+@pytest.mark.timeout(60)
+def test_measure_step_files_that_are_not_regular_files_are_refused_for_what_they_are(measured,
+                                                                                     fresh_fp8_process) -> None:
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    fp8_dir = measured / "fp8"
+    stats = fp8_dir / "inc_output" / "measure_hooks_maxabs.json"
+    stats.unlink()
+    os.mkfifo(stats)
+    with pytest.raises(Fp8InferenceError, match="fp8 measurement file .*measure_hooks_maxabs.json' is not a regular"
+                                                " file .*a FIFO"):
+        convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(fp8_dir))
+    stats.unlink()
+    stats.mkdir()
+    with pytest.raises(Fp8InferenceError, match="measure_hooks_maxabs.json' is a directory"):
+        convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(fp8_dir))
+    quant = fp8_dir / "maxabs_quant.json"
+    quant.unlink()
+    os.mkfifo(quant)
+    with pytest.raises(Fp8InferenceError, match="maxabs_quant.json' is not a regular file .*a FIFO"):
+        convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(fp8_dir))
+
+
+def test_a_failed_measure_conversion_writes_nothing_and_keeps_an_earlier_measurement(measured,
+                                                                                     fresh_fp8_process) -> None:
+    """It left its maxabs_*.json behind (over a good measurement's); now the configs are written only if the
+    conversion succeeds."""
+    from hpu_nb.core.fp8 import Fp8InferenceError
+    from hpu_nb.core.fp8.convert import convert_modules
+
+    fp8_dir = measured / "fp8"
+    before = {p.name: p.read_bytes() for p in fp8_dir.glob("*.json")}
+    assert sorted(before) == ["maxabs_measure.json", "maxabs_quant.json"]
+    selects_nothing = {"mode": "MEASURE", "allowlist": {"names": ["no_such_layer"]}}
+    for folder in (fp8_dir, measured / "new"):
+        with pytest.raises(Fp8InferenceError, match="No module of Regressor is selected"):
+            convert_modules(make_model(), inference=True, quant=selects_nothing, fp8_data_path=str(folder))
+    assert {p.name: p.read_bytes() for p in fp8_dir.glob("*.json")} == before
+    assert not list(fp8_dir.glob(".*")) and not list((measured / "new").glob("*"))
+    done = run_fresh_from(measured, fp8_dir)  # the earlier measurement still quantizes
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def run_fresh_from(directory: Path, fp8_dir: Path | None, *extra_env: tuple[str, str]) -> subprocess.CompletedProcess:
     """The fresh process, quantizing from `fp8_dir` (None: no fp8_data_path, the default directory)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HPU_NB_BACKEND="emulated", **dict(extra_env))

@@ -34,7 +34,7 @@ import math
 import os
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.files import UnreadableFileError, read_small_file
+from hpu_nb.runtime.files import UnreadableFileError, check_named_file, read_small_file
 from hpu_nb.runtime.fp8 import Fp8EngineError
 
 MEASURE_CONFIG = "maxabs_measure.json"
@@ -188,23 +188,25 @@ def dump_stats_path(path: Path) -> Path:
     return path.joinpath(*DUMP_STATS_SUBPATH)
 
 
-def _read_json(path: Path, missing: str) -> Any:
-    """A JSON file the measure step writes; when missing or broken, the error says how to make it."""
-    if not path.is_file():
-        raise FileNotFoundError(
-            missing.format(path=path) + ". Measure first, in another process: "
-            "convert_modules(model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...)."
-        )
+def _read_json(path: Path, what: str, *, made_by_measuring: bool) -> Any:
+    """A JSON file the measure step writes or the user names, read through the one bounded reader: a folder, a
+    device, a FIFO or a huge file is refused for what it is, without blocking. A missing file is FileNotFoundError;
+    for one the measure step makes, it says how to make it."""
+    if not path.exists():  # stat only: it neither opens nor blocks on a FIFO
+        hint = (". Measure first, in another process: convert_modules(model, inference=True, quant=False,"
+                " fp8_data_path=...) then trainer.predict(...)." if made_by_measuring else ".")
+        raise FileNotFoundError(f"{what} {path} does not exist{hint}")
     try:
-        return json.loads(read_small_file(path, "fp8 JSON file"))
+        return json.loads(read_small_file(path, what))
     except UnreadableFileError as err:
-        raise Fp8InferenceError(str(err)) from err
+        raise Fp8InferenceError(str(err)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise Fp8InferenceError(f"{path} is not valid JSON ({err}).") from err
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    return normalize_config(_read_json(path, "fp8 quantization config {path} does not exist"), str(path))
+def read_config(path: Path, what: str = "fp8 quantization config", *, made_by_measuring: bool = True) -> dict[str, Any]:
+    """An fp8 config file; `what` says whose it is (the measure step's, or one the user named)."""
+    return normalize_config(_read_json(path, what, made_by_measuring=made_by_measuring), str(path))
 
 
 # -- ranks and measurement files ------------------------------------------------------------------------------------
@@ -230,7 +232,7 @@ def _present_measurements(config: Mapping[str, Any]) -> list[str]:
 
 def read_measurements(path: Path) -> dict[str, Any]:
     """A max-abs measurement document, every amax checked to be a finite, non-negative number."""
-    document = _read_json(path, "fp8 measurements {path} do not exist")
+    document = _read_json(path, "fp8 measurement file", made_by_measuring=True)
     if (not isinstance(document, dict) or document.get("Mode") != "DynamicRange"
             or not isinstance(document.get("Nodes"), dict)):
         raise Fp8InferenceError(f"{path} is not a max-abs measurement file (expected an object with 'Mode':"
@@ -268,7 +270,7 @@ def _step_config(path: Path, quant: bool | str | dict[str, Any]) -> tuple[dict[s
         mode = "QUANTIZE" if quant else "MEASURE"
         user = os.environ.get(QUANT_CONFIG_ENV)
         if user:
-            config = read_config(Path(user))
+            config = read_config(Path(user), f"{QUANT_CONFIG_ENV} file", made_by_measuring=False)
             if config["mode"] != mode:
                 raise Fp8InferenceError(
                     f"{QUANT_CONFIG_ENV}={user} has mode {config['mode']!r} (INC's default when none is given is"
@@ -280,7 +282,7 @@ def _step_config(path: Path, quant: bool | str | dict[str, Any]) -> tuple[dict[s
             config = normalize_config(make_config("MEASURE", str(dump_stats_path(path))), "hpu_nb's measure config")
         return config, mode
     if isinstance(quant, (str, os.PathLike)):
-        config = read_config(Path(quant))
+        config = read_config(Path(quant), "quant= config file", made_by_measuring=False)
     elif isinstance(quant, Mapping):
         config = normalize_config(quant, "the quant= config")
     else:
@@ -347,7 +349,7 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
     if plan.mode == "QUANTIZE":
         _measurements_written_first(model, config)
         expected = measurement_file(config, rank_world)
-        if not expected.is_file():
+        if not expected.exists():  # stat only; what it is (a folder, a FIFO) is checked below, without blocking
             present = _present_measurements(config)
             where = (f" Found instead: {', '.join(present)}: measurements are named by the rank and world size the"
                      " measuring process knew when the model was converted; quantize with the same devices and"
@@ -355,24 +357,51 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
             raise FileNotFoundError(
                 f"fp8 measurements {expected} do not exist.{where} Measure first, in another process: convert_modules("
                 "model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...).")
-        measurements = None if engine.reads_measurements_itself else read_measurements(expected)
+        if engine.reads_measurements_itself:  # Intel Neural Compressor opens it: make sure it is a file it can read
+            try:
+                check_named_file(expected, "fp8 measurement file")
+            except UnreadableFileError as err:
+                raise Fp8InferenceError(str(err)) from None
+            measurements = None
+        else:
+            measurements = read_measurements(expected)
         try:
             model = engine.quantize(model, config, measurements)
         except Fp8EngineError as err:
             raise Fp8InferenceError(f"{err} (measurements: {expected})") from None
         _states[model] = Fp8InferenceState("quantize", path, config, rank_world)
         return model
-    path.mkdir(parents=True, exist_ok=True)
     quant_config = {**config, "mode": "QUANTIZE"}
     quant_config.setdefault("scale_method", "maxabs_hw")
-    for name, cfg in ((MEASURE_CONFIG, config), (QUANT_CONFIG, quant_config)):
-        (path / name).write_text(json.dumps(cfg, indent=1), encoding="utf-8")
-    try:
-        model = engine.start_measurement(model, config)
-    except Fp8EngineError as err:
-        raise Fp8InferenceError(str(err)) from None
+    with _files_if_it_succeeds(path, {MEASURE_CONFIG: config, QUANT_CONFIG: quant_config}):
+        try:
+            model = engine.start_measurement(model, config)
+        except Fp8EngineError as err:
+            raise Fp8InferenceError(str(err)) from None
     _states[model] = Fp8InferenceState("measure", path, config, rank_world)
     return model
+
+
+@contextlib.contextmanager
+def _files_if_it_succeeds(directory: Path, documents: Mapping[str, Any]) -> Iterator[None]:
+    """Write `documents` (file name -> JSON) into `directory` only if the block succeeds: all or nothing.
+
+    Each is written to a temporary file first and renamed over its name once the block returned, so a conversion
+    that fails leaves no maxabs_*.json of its own and the files of an earlier good measurement as they were."""
+    directory.mkdir(parents=True, exist_ok=True)
+    temporaries: dict[Path, Path] = {}
+    try:
+        for name, document in documents.items():
+            temporary = directory / f".{name}.{os.getpid()}.tmp"
+            temporaries[temporary] = directory / name
+            temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
+        yield
+        for temporary, final in list(temporaries.items()):
+            temporary.replace(final)  # a rename within one folder: atomic
+            del temporaries[temporary]
+    finally:
+        for temporary in temporaries:  # the block or a write failed: what this step wrote goes
+            temporary.unlink(missing_ok=True)
 
 
 def finalize_measurements(module: torch.nn.Module | None = None) -> list[Path]:

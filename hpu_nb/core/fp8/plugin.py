@@ -9,6 +9,7 @@ call (training layers, or fp8 inference: measure / quantize).
 
 from __future__ import annotations
 
+import os
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,14 @@ from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from typing_extensions import override
 
 from hpu_nb.core.fp8.convert import convert_modules, has_fp8_layers
-from hpu_nb.core.fp8.inference import finalize_measurements, pending_measurements, state_of
+from hpu_nb.core.fp8.inference import (
+    QUANT_CONFIG_ENV,
+    Fp8InferenceError,
+    finalize_measurements,
+    pending_measurements,
+    read_config,
+    state_of,
+)
 from hpu_nb.runtime import get_backend
 
 if TYPE_CHECKING:
@@ -26,7 +34,7 @@ if TYPE_CHECKING:
 else:
     PrecisionHost = object  # a base for the type checker only (as strategies/hosts.py): the plugin's Lightning base
 
-__all__ = ["HPUFp8Mixin"]
+__all__ = ["HPUFp8Mixin", "finish_run_measurements", "measuring_modules"]
 
 
 class HPUFp8Mixin(PrecisionHost):
@@ -105,14 +113,18 @@ class HPUFp8Mixin(PrecisionHost):
             self._measuring.append(weakref.ref(converted))
         return converted
 
-    def finish_measurements(self) -> list[Path]:
-        """Write the fp8 measurements of the models this plugin set up. The HPU strategies call it at the end of
-        trainer.predict / trainer.test, while the model is still on the device (as lightning-habana did)."""
+    def finish_measurements(self, model: torch.nn.Module | None = None) -> list[Path]:
+        """Write the fp8 measurements of the models this plugin set up and, with precision="fp8", of any module of
+        `model` (the run's) set up to measure by another plugin: lightning-habana's strategies call Intel Neural
+        Compressor's finalize_calibration(model) whenever the Trainer's precision is fp8. The HPU strategies call it at
+        the end of trainer.predict / trainer.test, while the model is still on the device."""
+        models = [ref() for ref in self._measuring]
+        if model is not None and self.precision == "fp8":
+            models += measuring_modules(model)
         written: list[Path] = []
-        for ref in self._measuring:
-            model = ref()
-            if model is not None:
-                written += finalize_measurements(model)
+        for each in models:
+            if each is not None:
+                written += finalize_measurements(each)
         return written
 
     @override
@@ -123,3 +135,58 @@ class HPUFp8Mixin(PrecisionHost):
                 "fp8 measurements were not written: they are written at the end of trainer.predict() or trainer.test(),"
                 " while the model is on the device. Run one of them with this plugin (fit() does not measure).")
         super().teardown()
+
+
+def measuring_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """`model` or its submodules set up to measure whose measurements are not written yet."""
+    pending = pending_measurements()
+    return [module for module in model.modules() if any(module is p for p in pending)]
+
+
+def finish_run_measurements(precision_plugin: Any, model: torch.nn.Module | None, stage: str) -> list[Path]:
+    """End of trainer.predict / trainer.test, the model still on the device: the precision plugin writes the fp8
+    measurements. What would waste the measure step in silence is said here, not found out by the quantize process:
+    a module of the run left measuring (the Trainer was not given an fp8 plugin) is an error naming the plugin to add;
+    QUANT_CONFIG asking to measure while nothing in the run was set up to measure is a warning naming the call (it
+    may be set for a later step, so the run itself is not refused).
+
+    As Intel Neural Compressor: its measurements are written only by finalize_calibration(model) (lightning-habana's
+    strategies call it when the Trainer's precision is fp8), and QUANT_CONFIG is read only by its prepare()."""
+    finish = getattr(precision_plugin, "finish_measurements", None)
+    written: list[Path] = finish(model) if callable(finish) else []
+    if model is None:
+        return written
+    left = measuring_modules(model)
+    if left:
+        names = ", ".join(sorted({type(module).__name__ for module in left}))
+        precision = getattr(precision_plugin, "precision", None)
+        raise Fp8InferenceError(
+            f"fp8 measurements of {names} were not written: it was set up to measure (convert_modules(...,"
+            f" inference=True, quant=False)), but this Trainer's precision plugin is {type(precision_plugin).__name__}"
+            f"(precision={precision!r}), which does not write fp8 measurements. Give the Trainer the plugin that"
+            " converted it: Trainer(accelerator=\"hpu\", plugins=[plugin]) with plugin = HPUPrecisionPlugin(\"fp8\")"
+            f" (HPUDeepSpeedPrecisionPlugin(\"fp8\") under DeepSpeed), then run trainer.{stage}() again.")
+    if not written and not _set_up_for_fp8_inference(model):
+        _warn_if_quant_config_measures(stage)
+    return written
+
+
+def _set_up_for_fp8_inference(model: torch.nn.Module) -> bool:
+    return any(state_of(module) is not None for module in model.modules())
+
+
+def _warn_if_quant_config_measures(stage: str) -> None:
+    user = os.environ.get(QUANT_CONFIG_ENV)
+    if not user:
+        return
+    try:
+        mode = read_config(Path(user), f"{QUANT_CONFIG_ENV} file", made_by_measuring=False)["mode"]
+    except (OSError, Fp8InferenceError):
+        return  # the step that reads it (convert_modules) names what is wrong with it
+    if mode == "MEASURE":
+        rank_zero_warn(
+            f"{QUANT_CONFIG_ENV}={user} asks for an fp8 measurement (mode 'MEASURE'), but trainer.{stage}() measured"
+            " nothing: no module of the model was set up to measure, and QUANT_CONFIG alone does not (as with Intel"
+            " Neural Compressor, only its prepare() reads it). No measurement was written. Convert the model first:"
+            " plugin = HPUPrecisionPlugin(\"fp8\"); model = plugin.convert_modules(model, inference=True, quant=False);"
+            f" then Trainer(accelerator=\"hpu\", plugins=[plugin]).{stage}(model, ...).")

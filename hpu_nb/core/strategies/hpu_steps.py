@@ -16,6 +16,7 @@ from typing_extensions import override
 
 from hpu_nb.core.accelerator import HPUAccelerator, NotAnHPUError
 from hpu_nb.core.checkpoint_io import HPUCheckpointIO
+from hpu_nb.core.fp8.plugin import finish_run_measurements
 from hpu_nb.runtime import get_backend
 
 if TYPE_CHECKING:
@@ -86,12 +87,12 @@ class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault, StrategyHost):
     # -- fp8 inference: measurements are written while the model is on the device (lightning-habana's timing) ---------
     @override
     def on_predict_end(self) -> None:
-        _finish_fp8_measurements(self)
+        _finish_fp8_measurements(self, "predict")
         super().on_predict_end()
 
     @override
     def on_test_end(self) -> None:
-        _finish_fp8_measurements(self)
+        _finish_fp8_measurements(self, "test")
         super().on_test_end()
 
     @override
@@ -107,11 +108,10 @@ class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault, StrategyHost):
         return _eval_step(super().predict_step, args, kwargs)
 
 
-def _finish_fp8_measurements(strategy: Any) -> None:
-    """Lightning's teardown moves the model to the CPU before the precision plugin's: write measurements before."""
-    finish = getattr(strategy.precision_plugin, "finish_measurements", None)
-    if callable(finish):
-        finish()
+def _finish_fp8_measurements(strategy: Any, stage: str) -> None:
+    """Lightning's teardown moves the model to the CPU before the precision plugin's: write measurements before (and
+    say there when the run measured nothing it was meant to)."""
+    finish_run_measurements(strategy.precision_plugin, strategy.lightning_module, stage)
 
 
 def _eval_step(step: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

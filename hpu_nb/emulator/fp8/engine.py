@@ -165,8 +165,11 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
                 "convert_modules(model, inference=True, quant=False).")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(recorder.document(), indent=1), encoding="utf-8")
-        tmp.replace(path)
+        try:  # all or nothing: a failed write (a full disk) leaves neither a partial file nor its temporary
+            tmp.write_text(json.dumps(recorder.document(), indent=1), encoding="utf-8")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         for hook in recorder.hooks:
             hook.remove()
         del self._recorders[model]
