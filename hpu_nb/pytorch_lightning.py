@@ -12,21 +12,22 @@ from typing import Any
 
 from hpu_nb.wiring import flavours
 
-# public name -> module under hpu_nb.core
+# public name -> module under hpu_nb
 _EXPORTS = {
-    "HPUAccelerator": "accelerator",
-    "SingleHPUStrategy": "strategies.single",
-    "HPUParallelStrategy": "strategies.parallel",
-    "HPUDDPStrategy": "strategies.parallel",
-    "HPUDeepSpeedStrategy": "strategies.deepspeed",
-    "HPUDeepSpeedPrecisionPlugin": "strategies.deepspeed",
-    "HPUFSDPStrategy": "strategies.fsdp",
-    "HPUFSDPPrecision": "strategies.fsdp",
-    "HPUPrecisionPlugin": "precision",
-    "HPUCheckpointIO": "checkpoint_io",
-    "HPUProfiler": "profiler",
-    "HPUGraphMetrics": "metrics",
-    "HPUDataModule": "datamodule",
+    "HPUAccelerator": "core.accelerator",
+    "SingleHPUStrategy": "core.strategies.single",
+    "HPUParallelStrategy": "core.strategies.parallel",
+    "HPUDDPStrategy": "core.strategies.parallel",
+    "HPUDeepSpeedStrategy": "core.strategies.deepspeed",
+    "HPUDeepSpeedPrecisionPlugin": "core.strategies.deepspeed",
+    "HPUFSDPStrategy": "core.strategies.fsdp",
+    "HPUFSDPPrecision": "core.strategies.fsdp",
+    "HPUPrecisionPlugin": "core.precision",
+    "HPUCheckpointIO": "core.checkpoint_io",
+    "HPUProfiler": "core.profiler",
+    "HPUGraphMetrics": "core.metrics",
+    "HPUDataModule": "core.datamodule",
+    "MemoryMonitor": "notebook.memory_monitor",  # the live chart, a Lightning Callback (IPython needed)
 }
 FLAVOUR = "standalone"
 __all__ = sorted(_EXPORTS)
@@ -35,7 +36,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(flavours.core_module(FLAVOUR, _EXPORTS[name]), name)
+    value = getattr(flavours.flavour_module(FLAVOUR, _EXPORTS[name]), name)
     globals()[name] = value
     return value
 

@@ -53,6 +53,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/test_first_line_import.py::test_the_autoload_switch_leaves_habana_unfound",
     "tests/test_first_line_import.py::test_the_emulated_release_is_an_installed_distribution_for_pip_and_importlib",
     "tests/test_flavours.py::test_a_fresh_python_on_the_standalone_packages_never_loads_lightning_or_hpu_nb_core",
+    "tests/test_flavours.py::test_a_fresh_python_loads_the_standalone_flavour_from_the_cache_without_translating",
     "tests/test_fp8_inference.py::test_quantize_reads_the_given_folder_not_the_one_recorded_at_measure_time",
     "tests/test_fp8_inference.py::test_round_trip_quantizes_in_a_fresh_process_within_a_few_percent",
     "tests/test_fp8_inference.py::test_two_card_measurement_files_are_found_by_a_two_card_quantize",

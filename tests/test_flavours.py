@@ -76,10 +76,12 @@ def misses(source: str, module: str, is_package: bool = False) -> list[str]:
 
 
 def _core_modules() -> list[Path]:
-    return sorted(CORE.rglob("*.py"))
+    """Every translated module's file: hpu_nb/core and the Lightning-derived modules outside it."""
+    others = [flavours._source_path(name.partition(".")[2]) for name in flavours.TRANSLATED_MODULES]
+    return sorted(CORE.rglob("*.py")) + [found[0] for found in others if found is not None]
 
 
-@pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(CORE)))
+@pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(flavours.PACKAGE_ROOT)))
 def test_the_translated_module_names_no_lightning_and_no_untranslated_core(path):
     module, is_package = _module_name(path, "hpu_nb._standalone")
     found = misses(flavours.translate(path.read_text(encoding="utf-8")), module, is_package)
@@ -168,3 +170,67 @@ def test_a_fresh_python_on_the_standalone_packages_never_loads_lightning_or_hpu_
                             check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_translations_are_compiled_once_and_read_back_from_the_cache(tmp_path, monkeypatch):
+    """A second translation of the same source reads the cached code; a changed source gets a new entry and the old
+    one goes; a damaged entry is compiled again; nothing is written under PYTHONDONTWRITEBYTECODE."""
+    monkeypatch.setenv("HPU_NB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    source = tmp_path / "example.py"
+    source.write_text("from lightning.pytorch import Callback\nNAME = 'lightning.pytorch.callbacks'\n")
+    first = flavours.translated_code(source, "hpu_nb._standalone.core.example")
+    cached = sorted((tmp_path / "cache" / flavours.BYTECODE_DIR).iterdir())
+    assert len(cached) == 1 and cached[0].name.startswith("hpu_nb._standalone.core.example.")
+    assert "pytorch_lightning.callbacks" in first.co_consts
+
+    compiled = []
+    monkeypatch.setattr(flavours, "translate", lambda text: compiled.append(text) or text)
+    again = flavours.translated_code(source, "hpu_nb._standalone.core.example")
+    assert compiled == [] and again.co_consts == first.co_consts and again.co_filename == str(source)
+
+    source.write_text("NAME = 'lightning.fabric'\n")
+    flavours.translated_code(source, "hpu_nb._standalone.core.example")
+    assert len(compiled) == 1
+    after_change = sorted((tmp_path / "cache" / flavours.BYTECODE_DIR).iterdir())
+    assert len(after_change) == 1 and after_change != cached
+
+    after_change[0].write_bytes(after_change[0].read_bytes()[:20])  # a truncated entry
+    flavours.translated_code(source, "hpu_nb._standalone.core.example")
+    assert len(compiled) == 2
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setenv("HPU_NB_CACHE_DIR", str(tmp_path / "other"))
+    flavours.translated_code(source, "hpu_nb._standalone.core.example")
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_fresh_python_loads_the_standalone_flavour_from_the_cache_without_translating(tmp_path):
+    """What each rank of a job and each new kernel does: the first process fills the cache, the next translates
+    nothing (its translate() would fail) and still builds a pytorch_lightning Trainer with the MemoryMonitor twin."""
+    code = textwrap.dedent("""
+        import sys, warnings
+        warnings.simplefilter("ignore")
+        from hpu_nb.wiring import flavours
+        if sys.argv[1] == "cached":
+            def refuse(text):
+                raise AssertionError("translated again")
+            flavours.translate = refuse
+        import pytorch_lightning as pl
+        import hpu_nb.pytorch_lightning as trainer_pieces
+        for name in trainer_pieces.__all__:
+            getattr(trainer_pieces, name)
+        trainer = pl.Trainer(accelerator="hpu", devices=1, logger=False, enable_progress_bar=False,
+                             callbacks=[trainer_pieces.MemoryMonitor()])
+        print(type(trainer.strategy).__module__, isinstance(trainer_pieces.MemoryMonitor(), pl.Callback))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_NB_", "PT_HPU"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["HPU_NB_CACHE_DIR"] = str(tmp_path)
+    for mode in ("first", "cached"):
+        result = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=300,
+                                env=env, check=False)
+        assert result.returncode == 0, (mode, result.stderr[-3000:])
+        assert result.stdout.split()[-2:] == ["hpu_nb._standalone.core.strategies.single", "True"], result.stdout
+    names = {p.name.split(".")[2] for p in (tmp_path / flavours.BYTECODE_DIR).iterdir()}
+    assert {"core", "notebook"} <= names

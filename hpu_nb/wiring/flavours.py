@@ -15,26 +15,39 @@ hpu_nb/core (same lines, so tracebacks and `inspect.getsource` point at the real
 package is used. The cost is that the rewrite is textual: anything in hpu_nb/core that names Lightning in a form the
 rules below miss would load the other flavour (`import lightning as L`, `from lightning import ...`, a module name
 assembled from pieces). tests/test_flavours.py reads every translated module and fails on such a name, and checks
-that the shared modules core imports (runtime, traces, emulator) load no Lightning of either flavour.
+that the shared modules core imports (runtime, traces, emulator) load no Lightning of either flavour. Besides
+hpu_nb/core, the notebook layer's Lightning Callback (MemoryMonitor) is translated the same way (TRANSLATED_MODULES).
+Compiled translations are cached in hpu_nb's cache directory, as Python caches bytecode, so the ranks of a job and
+each new kernel do not translate and compile them again (benchmarks/bench_standalone_mirror.py).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import importlib.util
+import marshal
+import os
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # hpu_nb/
 STANDALONE = "hpu_nb._standalone"
 TRANSLATED = "hpu_nb.core"  # the tree that imports Lightning; everything else (runtime, traces) is shared
+# Lightning-derived modules outside that tree, translated the same way: the notebook layer's Lightning Callback.
+TRANSLATED_MODULES = ("hpu_nb.notebook.memory_monitor",)
+BYTECODE_DIR = "standalone-bytecode"  # under hpu_nb's cache directory (HPU_NB_CACHE_DIR, ~/.cache/hpu_nb)
 
 _RULES = (  # (pattern, replacement, flags); compiled on first translation, not on `import torch`
     (r"\blightning\.pytorch\b", "pytorch_lightning", 0),
     (r"\blightning\.fabric\b", "lightning_fabric", 0),
     (r"\bhpu_nb\.core\b", f"{STANDALONE}.core", 0),
+    *((rf"\b{re.escape(name)}\b", STANDALONE + name[len("hpu_nb"):], 0) for name in TRANSLATED_MODULES),
     # the same names written as regular expressions (a warnings filter's `module=`): `lightning\.pytorch\.x`
     (r"\blightning\\\.pytorch\b", "pytorch_lightning", 0),
     (r"\blightning\\\.fabric\b", "lightning_fabric", 0),
@@ -49,6 +62,12 @@ def translate(source: str) -> str:
     return source
 
 
+def is_translated(module_name: str) -> bool:
+    """Whether hpu_nb's module `module_name` (untranslated name) has a standalone translation."""
+    return (module_name == TRANSLATED or module_name.startswith(f"{TRANSLATED}.")
+            or module_name in TRANSLATED_MODULES)
+
+
 def _source_path(relative: str) -> tuple[Path, bool] | None:
     """(file, is_package) of hpu_nb's module `relative` ("core.strategies.single"), found without importing it."""
     base = PACKAGE_ROOT.joinpath(*relative.split("."))
@@ -59,6 +78,53 @@ def _source_path(relative: str) -> tuple[Path, bool] | None:
     return None
 
 
+def translated_code(path: Path, fullname: str) -> CodeType:
+    """The compiled translation of `path`, from hpu_nb's cache when this source and these rules were translated
+    before (each rank of a job, each new kernel, would otherwise translate and compile every module again).
+
+    The cache file's name holds a digest of the source and the rules, and its content starts with the interpreter's
+    bytecode magic number, so a changed source, rule or Python never reads a stale translation. Nothing is written
+    with PYTHONDONTWRITEBYTECODE or where the cache directory cannot be written (the module is compiled as before).
+    """
+    source = path.read_bytes()
+    digest = hashlib.blake2b(source + repr(_RULES).encode(), digest_size=12).hexdigest()
+    cached = _bytecode_dir() / f"{fullname}.{digest}.{sys.implementation.cache_tag}.bin"
+    magic = importlib.util.MAGIC_NUMBER
+    with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+        data = cached.read_bytes()
+        if data.startswith(magic):
+            code = marshal.loads(data[len(magic):])
+            if isinstance(code, CodeType):
+                return code
+    code = compile(translate(source.decode("utf-8")), str(path), "exec", dont_inherit=True)
+    if not sys.dont_write_bytecode:
+        _write_cache(cached, magic + marshal.dumps(code), stale=f"{fullname}.*.{sys.implementation.cache_tag}.bin")
+    return code
+
+
+def _bytecode_dir() -> Path:
+    from hpu_nb.runtime.env import cache_dir  # noqa: PLC0415 -- lazy: only when a standalone module is loaded
+
+    return cache_dir() / BYTECODE_DIR
+
+
+def _write_cache(target: Path, data: bytes, stale: str) -> None:
+    """Write atomically (ranks write the same file at once), then remove this module's older translations."""
+    with contextlib.suppress(OSError):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for old in target.parent.glob(stale):
+            if old != target:
+                old.unlink(missing_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+
+
 class _TranslatingLoader:  # a Loader, duck-typed: importlib.abc costs ms on the autoload path
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -67,23 +133,22 @@ class _TranslatingLoader:  # a Loader, duck-typed: importlib.abc costs ms on the
         return None
 
     def exec_module(self, module: Any) -> None:
-        code = compile(translate(self.path.read_text(encoding="utf-8")), str(self.path), "exec", dont_inherit=True)
-        exec(code, module.__dict__)
+        exec(translated_code(self.path, module.__name__), module.__dict__)
 
     def get_source(self, fullname: str) -> str:
         return translate(self.path.read_text(encoding="utf-8"))
 
 
 class _StandaloneFinder:  # a MetaPathFinder, duck-typed
-    """Finds `hpu_nb._standalone` and `hpu_nb._standalone.core.*` (the translated modules)."""
+    """Finds `hpu_nb._standalone` (and its folders) and the translated modules under it."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname == STANDALONE:
-            return importlib.util.spec_from_loader(fullname, loader=_NamespaceLoader(), is_package=True)
-        if not fullname.startswith(f"{STANDALONE}.core"):
+        if fullname != STANDALONE and not fullname.startswith(f"{STANDALONE}."):
             return None
-        relative = fullname[len(STANDALONE) + 1:]
-        found = _source_path(relative)
+        original = "hpu_nb" + fullname[len(STANDALONE):]
+        if fullname == STANDALONE or any(name.startswith(f"{original}.") for name in TRANSLATED_MODULES):
+            return importlib.util.spec_from_loader(fullname, loader=_NamespaceLoader(), is_package=True)
+        found = _source_path(original.partition(".")[2]) if is_translated(original) else None
         if found is None:
             return None
         file, is_package = found
@@ -100,7 +165,8 @@ class _NamespaceLoader:  # a Loader, duck-typed
 
     def exec_module(self, module: Any) -> None:
         module.__path__ = []
-        module.__doc__ = "hpu_nb.core translated for the standalone pytorch_lightning / lightning_fabric packages."
+        module.__doc__ = "hpu_nb's Lightning-derived modules translated for the standalone pytorch_lightning /" \
+                         " lightning_fabric packages."
 
 
 _FINDER = _StandaloneFinder()
@@ -112,11 +178,16 @@ def install() -> None:
         sys.meta_path.insert(0, _FINDER)
 
 
-def core_module(flavour: str, name: str) -> Any:
-    """`hpu_nb.core.<name>` for flavour "lightning", or its translation for "standalone"."""
+def flavour_module(flavour: str, name: str) -> Any:
+    """hpu_nb's module `hpu_nb.<name>` ("core.accelerator", "notebook.memory_monitor") for flavour "lightning", or
+    its translation for "standalone"."""
     install()
-    prefix = TRANSLATED if flavour == "lightning" else f"{STANDALONE}.core"
-    return importlib.import_module(f"{prefix}.{name}" if name else prefix)
+    return importlib.import_module(f"hpu_nb.{name}" if flavour == "lightning" else f"{STANDALONE}.{name}")
+
+
+def core_module(flavour: str, name: str) -> Any:
+    """`hpu_nb.core.<name>` (or hpu_nb.core for "") for flavour "lightning", or its translation for "standalone"."""
+    return flavour_module(flavour, f"core.{name}" if name else "core")
 
 
 # The distribution whose release a flavour runs on (pyproject.toml pins the range of each).
@@ -138,10 +209,10 @@ class LightningFlavourError(TypeError):
 
 
 def flavour_of_module(module_name: str) -> str | None:
-    """"lightning" for hpu_nb.core's modules, "standalone" for their translation, None for any other module."""
-    if module_name == f"{STANDALONE}.core" or module_name.startswith(f"{STANDALONE}.core."):
+    """"lightning" for the modules that have a translation, "standalone" for their translation, None for any other."""
+    if module_name.startswith(f"{STANDALONE}."):
         return "standalone"
-    if module_name == TRANSLATED or module_name.startswith(f"{TRANSLATED}."):
+    if is_translated(module_name):
         return "lightning"
     return None
 
