@@ -36,14 +36,17 @@ print(json.dumps({"launcher": type(t.strategy.launcher).__name__,
                   "global_step": t.global_step}))
 """
 
+# Fails fast: the surviving rank must not wait out its collective timeout, set here far beyond the test's own timeout
+# (a rank that waited would end the test by pytest-timeout, not by the crash's message).
 CRASH = """
-start = time.monotonic()
+import os
+os.environ["HPU_NB_COLLECTIVE_TIMEOUT"] = "900"
 try:
     trainer().fit(Model(crash_rank=1, crash_step=1), data())
     outcome = "no error"
 except Exception as err:
     outcome = f"{type(err).__name__}: {err}"
-print(json.dumps({"outcome": outcome, "seconds": time.monotonic() - start}))
+print(json.dumps({"outcome": outcome}))
 """
 
 
@@ -55,7 +58,7 @@ def test_two_cards_from_a_notebook_kernel():
     assert fit["launcher"] == "HPUMultiProcessingLauncher"  # forked workers, as Lightning requires in Jupyter
     assert fit["rank_sum"] == 3.0 and fit["weights_changed"]  # global_step stays in the workers, as with ddp_notebook
     assert "rank 1 exploded on purpose at step 1" in crash["outcome"]
-    assert crash["seconds"] < 60
+    assert "timed out" not in crash["outcome"].lower() and "timeout" not in crash["outcome"].lower()
 
 
 def _stdout(cell) -> str:
