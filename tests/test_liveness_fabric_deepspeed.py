@@ -11,6 +11,7 @@ run the process table is checked: no rank, and no process at all started for tha
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,8 +36,10 @@ RUNS = {  # name: (script, arguments)
     "fabric_script": ("fabric_fit.py", STUCK),
     "fabric_fsdp_script": ("fabric_fit.py", (*STUCK, "--strategy", "hpu_fsdp")),
     "fabric_fork": ("fabric_fit.py", (*STUCK, "--start-method", "fork")),
-    "deepspeed_script": ("fit.py", (*STUCK, "--strategy", "ds:2")),
-    "deepspeed_fork": ("fit.py", (*STUCK, "--strategy", "ds:2", "--start-method", "fork")),
+    # no sync_dist logging: rank 0's first collective after the block is DeepSpeed's own (ZeRO-2's gradient reduce in
+    # backward, ZeRO-3's parameter gather in forward), on the process groups DeepSpeed makes itself
+    "deepspeed_script": ("fit.py", (*STUCK, "--strategy", "ds:2", "--no-sync-log")),
+    "deepspeed_fork": ("fit.py", (*STUCK, "--strategy", "ds:3", "--no-sync-log", "--start-method", "fork")),
     "fork_stopped_rank": ("fit.py", (*STUCK, "--start-method", "fork", "--stuck-how", "stop")),
     "script_killed_rank": ("fit.py", (*STUCK, "--stuck-how", "kill")),
 }
@@ -178,17 +181,65 @@ def test_fabric_fork_as_in_a_notebook_a_stuck_rank_is_named(runs, name):
 
 
 # -- DeepSpeed --------------------------------------------------------------------------------------------------------
+NAMED_WITHIN_S = 10  # past the collective timeout: how late a stuck rank may be named
+
+
+def _stuck_for_s(stderr: str) -> int:
+    """How long the stuck rank had been blocked when it was named: the time the diagnosis itself reports (from the
+    stuck rank's own last progress report, at most a report interval old), not the run's wall-clock time."""
+    found = re.search(r"Rank 1 \(pid \d+ on [^)]*\) did not answer: it has been in training_step #2 \(in [^)]*\) for"
+                      r" (\d+) s", stderr)
+    assert found, stderr[-3000:]
+    return int(found.group(1))
+
+
 @pytest.mark.parametrize("name", ["deepspeed_script", "deepspeed_fork"])
-def test_deepspeed_a_stuck_rank_is_named(runs, name):
-    """DeepSpeed's strategy skips the parallel mixin's setup_environment: it starts the progress reports itself."""
+def test_deepspeed_a_stuck_rank_is_named_within_the_collective_timeout(runs, name):
+    """DeepSpeed's strategy skips the parallel mixin's setup_environment: it starts the progress reports itself.
+
+    Was: ~75 s after the block with a 15 s timeout (ZeRO-2: DeepSpeed's gradient reduce ran on a group DeepSpeed made
+    without a timeout, torch's 30 minutes, so only the backstop at timeout + 60 s named it); ZeRO-3's parameter gather
+    in forward failed at the timeout with a bare gloo error, naming no rank."""
     run = runs[name]
     code, stderr = run.finish()
     assert code != 0
     assert "StuckRankError" in stderr, stderr[-3000:]
-    assert (f"Rank 1 (pid {run.pid('stuck1.pid')} on" in stderr
-            and "did not answer: it has been in training_step #2" in stderr)
+    assert f"Rank 1 (pid {run.pid('stuck1.pid')} on" in stderr
+    assert "did not end the wait at its" not in stderr  # the backend's own timeout ended the wait, not the backstop
+    stuck_for = _stuck_for_s(stderr)
+    print(f"{name}: named when rank 1 had been stuck {stuck_for} s (collective timeout {COLLECTIVE_TIMEOUT_S} s)")
+    assert COLLECTIVE_TIMEOUT_S - 2 <= stuck_for <= COLLECTIVE_TIMEOUT_S + NAMED_WITHIN_S, stderr[-3000:]
     assert_no_process_left(run.out)
     _measured(name, run)
+
+
+def test_deepspeed_makes_its_own_groups_with_the_collective_timeout(tmp_path):
+    """DeepSpeed's comm layer made its groups (its clone of the world group, where ZeRO reduces the gradients) with
+    torch's default timeout, 30 minutes; they now wait what the world group waits. One process, in a child."""
+    code = (
+        "import datetime, os, torch.distributed as dist, deepspeed\n"
+        "from deepspeed.utils import groups\n"
+        "from hpu_nb.core.strategies.deepspeed import _deepspeed_groups_wait_at_most\n"
+        f"os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='{_free_port()}', RANK='0', WORLD_SIZE='1',"
+        " LOCAL_RANK='0')\n"
+        "timeout = datetime.timedelta(seconds=17)\n"
+        "deepspeed.init_distributed('gloo', timeout=timeout)\n"
+        "_deepspeed_groups_wait_at_most(timeout)\n"
+        "group = groups._clone_world_group()\n"
+        "print(group._get_backend(__import__('torch').device('cpu')).options._timeout.total_seconds())\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) == 17.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 # -- a stopped rank, a killed rank ------------------------------------------------------------------------------------
@@ -229,6 +280,16 @@ def test_a_rank_outside_every_phase_reports_how_long_it_has_been_there():
     progress._idle_since -= 42  # as if the last phase ended 42 s ago
     report = progress.snapshot()
     assert report["phase"] == "the script's own code (no Fabric call)" and report["in_phase_s"] >= 42
+
+
+def test_a_collective_timing_out_in_any_phase_is_a_communication_failure():
+    """ZeRO-3 gathers parameters inside training_step (no collective phase of ours): gloo's time-out there names the
+    stuck rank too; other words about time-outs count only inside a collective phase."""
+    gloo = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting"
+                        " 15000ms for send operation to complete")
+    assert liveness.is_communication_failure(gloo, "training_step")
+    assert not liveness.is_communication_failure(RuntimeError("request timed out"), "training_step")
+    assert liveness.is_communication_failure(RuntimeError("request timed out"), "backward")
 
 
 def test_a_process_is_described_by_how_it_ended():

@@ -3,7 +3,7 @@
 Each rank writes <out>/rank<N>.json (what it saw); rank 0 also saves the trained weights and callback metrics.
 Usage: python fit.py --out DIR [--strategy hpu_parallel|hpu_ddp|<deepspeed/fsdp spec>] [--devices 2]
        [--crash-rank R --crash-step S] [--stuck-rank R --stuck-step S] [--ckpt PATH] [--resume PATH] [--epochs N]
-       [--precision P] [--start-method fork]
+       [--precision P] [--start-method fork] [--no-sync-log]
 Each rank writes <out>/rank<N>.pid when training starts (the launching process: <out>/launcher.pid). A stuck rank
 writes <out>/stuck<R>.pid, then in its training step sleeps for ten minutes, stops or is killed (--stuck-how).
 --start-method applies to HPUParallelStrategy (the default strategy) and to DeepSpeed ('ds:...').
@@ -57,6 +57,7 @@ class Model(L.LightningModule):
         self.first_index_sum = 0.0
         self.step_devices: set[str] = set()
         self.deepspeed_checkpointing = False
+        self.sync_log = True  # log with sync_dist (a collective of Lightning's in every training step)
 
     def forward(self, x):
         if self.deepspeed_checkpointing:  # lightning-habana's activation-checkpointing example
@@ -79,8 +80,8 @@ class Model(L.LightningModule):
         self.samples_seen += x.shape[0]
         self.first_index_sum += float(x[:, 0].sum())
         loss = torch.nn.functional.mse_loss(self(x).float(), y)
-        self.log("train_loss", loss, sync_dist=True)
-        self.log("rank_sum", torch.tensor(float(self.global_rank + 1)), reduce_fx="sum", sync_dist=True)
+        self.log("train_loss", loss, sync_dist=self.sync_log)
+        self.log("rank_sum", torch.tensor(float(self.global_rank + 1)), reduce_fx="sum", sync_dist=self.sync_log)
         return loss
 
     def configure_optimizers(self):
@@ -162,6 +163,8 @@ def main() -> int:
     parser.add_argument("--stuck-rank", type=int, default=-1)
     parser.add_argument("--stuck-step", type=int, default=-1)
     parser.add_argument("--stuck-how", default="sleep", choices=HOW)
+    parser.add_argument("--no-sync-log", action="store_true",
+                        help="log without sync_dist: the steps' only collectives are the strategy's (DeepSpeed's own)")
     parser.add_argument("--ckpt", default=None, help="save a checkpoint here after fitting")
     parser.add_argument("--resume", default=None, help="resume fitting from this checkpoint")
     args = parser.parse_args()
@@ -172,6 +175,7 @@ def main() -> int:
     model = Model(args.crash_rank, args.crash_step, stuck_rank=args.stuck_rank, stuck_step=args.stuck_step,
                   out=str(out))
     model.stuck_how = args.stuck_how
+    model.sync_log = not args.no_sync_log
     if "LOCAL_RANK" not in os.environ:  # the process the user started (not one a launcher started)
         Path(out, "launcher.pid").write_text(str(os.getpid()))
     model.deepspeed_checkpointing = "cpu_checkpointing" in args.strategy

@@ -18,6 +18,7 @@ import json
 import os
 import weakref
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeGuard
 
@@ -237,6 +238,22 @@ class HPUDeepSpeedPrecisionPlugin(HPUFp8Mixin, DeepSpeedPrecision):
         return root
 
 
+def _deepspeed_groups_wait_at_most(timeout: timedelta) -> None:
+    """Make DeepSpeed's own process groups wait at most the collective timeout, as the world group does.
+
+    DeepSpeed's comm layer (deepspeed/comm/torch.py, TorchBackend.new_group) makes every group of its own -- the clone
+    of the world group its engine and ZeRO reduce the gradients on (deepspeed/utils/groups.py, _clone_world_group),
+    the data / expert / tensor parallel groups -- with torch.distributed.new_group(ranks) and no timeout: torch's
+    default for the backend (30 minutes for gloo and HCCL), not the one init_distributed passed to the world group.
+    A rank stuck before its backward then held its peers in the gradient reduce until the liveness backstop (timeout
+    + 60 s), where every other collective names it at the timeout. Its backend is made to pass the timeout."""
+    from deepspeed.comm import comm as deepspeed_comm  # noqa: PLC0415 -- lazy: deepspeed is optional
+
+    backend = deepspeed_comm.cdb  # set by init_distributed
+    if backend is not None and callable(getattr(backend, "new_group", None)):
+        backend.new_group = functools.partial(torch.distributed.new_group, timeout=timeout)
+
+
 def engine_precision_of(unified: str) -> EnginePrecision:
     """What DeepSpeed runs for a precision _validate_deepspeed_precision took: itself, or "bf16-mixed" for "fp8"."""
     engine = ENGINE_PRECISION.get(unified, unified)
@@ -411,6 +428,7 @@ class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
         self._set_node_environment_variables()
         backend = self._prepare_hpu_distributed()
         deepspeed.init_distributed(backend, distributed_port=self.cluster_environment.main_port, timeout=self._timeout)
+        _deepspeed_groups_wait_at_most(self._collective_timeout)
         noise.use_current_collective_names()  # torch's current names: no deprecation warning at every step
 
     # -- deepspeed.initialize: each process drives its own card, named by its local rank ------------------------

@@ -50,6 +50,9 @@ _PEER_GONE = re.compile(r"connection (closed|reset)|(closed|reset) by peer|broke
 _COMMUNICATION_FAILURE = re.compile(
     r"timed out|timeout|connection (closed|reset|refused)|broken pipe|socket|peer", re.IGNORECASE
 )
+# gloo's transport giving up on a peer: only a collective waits there, whichever phase it runs in (ZeRO-3 gathers the
+# parameters inside training_step's forward, with no collective phase of ours around it)
+_COLLECTIVE_TIMED_OUT = re.compile(r"timed out waiting \d+ ?ms for (send|recv) operation", re.IGNORECASE)
 
 
 class StuckRankError(RuntimeError):
@@ -85,9 +88,12 @@ def report_interval(timeout: timedelta) -> float:
 def is_communication_failure(err: BaseException, phase: str | None) -> bool:
     """A collective or store operation that failed because a peer did not answer (timeout, closed connection).
 
-    torch's distributed errors say so by type; gloo's plain RuntimeErrors by their text, raised inside a collective.
+    torch's distributed errors say so by type; gloo's plain RuntimeErrors by their text: its transport's time-out in
+    any phase, other words (a closed connection, a socket) only inside a collective phase.
     """
     if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    if isinstance(err, RuntimeError) and _COLLECTIVE_TIMED_OUT.search(str(err)):
         return True
     return (phase in COLLECTIVE_PHASES and isinstance(err, RuntimeError)
             and bool(_COMMUNICATION_FAILURE.search(str(err))))
