@@ -44,7 +44,7 @@ def make_control(spec: Control, value: Any) -> w.Widget:
 
 
 class CodePanel(anywidget.AnyWidget):
-    """The generated code with a Copy button, and the validation messages above it."""
+    """The generated code with Copy and Insert below buttons, and the validation messages above it."""
 
     _esm = STATIC / "config_widget.js"
     _css = STATIC / "config_widget.css"
