@@ -90,7 +90,8 @@ $(TRANSFORMERS_STAMP): $(STAMP)
 	@touch $(TRANSFORMERS_STAMP)
 
 # JupyterLab's (and Notebook 7's) settings for this venv, as on Binder (binder/overrides.json): widget state saved with
-# the notebook (reopened with no kernel, widgets render from it, no "model not found"), no news pop-up.
+# the notebook (reopened with no kernel, widgets render from it, no "model not found"), no news pop-up, widget messages
+# on the kernel's main shell (JupyterLab took a comm subshell's "idle" for the kernel's, mid-cell).
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 $(LAB_OVERRIDES): binder/overrides.json $(STAMP)
 	install -D -m 644 $< $@

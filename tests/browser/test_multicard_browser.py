@@ -273,3 +273,82 @@ def test_memory_monitor_on_two_cards_draws_both_ranks_live(page: MulticardPage) 
     final_shot = lab.screenshot("memory_monitor_2cards", output)
     lab.publish(final_shot, "memory_monitor_2cards.png")
     print(f"\nmonitor cell ran in {page.seconds[MONITOR_CELL]:.1f} s; live states {seen}; live shot {shot}")
+
+
+# -- interrupting a 2-card fit from the toolbar: one line, busy until it ends, a kernel that trains again -------------
+INTERRUPT_NOTEBOOK = "multicard_interrupt.ipynb"
+INTERRUPT_CELLS = [
+    SETUP + '''
+
+class StepLog(L.Callback):
+    """In the workers' rank 0: the step just done, for the test to interrupt at."""
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_rank == 0:
+            pathlib.Path("step.txt").write_text(str(trainer.global_step))
+
+class SlowModel(Model):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.15)
+        return super().training_step(batch, batch_idx)
+
+def slow_fit(epochs):
+    pathlib.Path("step.txt").unlink(missing_ok=True)
+    L.seed_everything(7, verbose=False)
+    trainer = L.Trainer(accelerator="hpu", devices=2, max_epochs=epochs, logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, strategy="hpu_ddp", callbacks=[StepLog()])
+    trainer.fit(model, data(n=480))''',
+    "model = SlowModel()\nslow_fit(epochs=20)",
+    "before = checksum(model.state_dict().items())\nslow_fit(epochs=1)\n"
+    "print('TRAINED AGAIN', before != checksum(model.state_dict().items()), pathlib.Path('step.txt').read_text())",
+]
+STATUS = """() => { const c = window.jupyterapp.shell.currentWidget.sessionContext;
+    return [c.session && c.session.kernel ? c.session.kernel.status : 'none', c.kernelDisplayStatus]; }"""
+
+
+def test_interrupting_a_two_card_fit_leaves_one_line_and_a_kernel_that_trains(lab: LabPage, jupyter_lab) -> None:
+    """Issue 31, item 4, from JupyterLab's Interrupt command (SIGINT to the kernel's process group): the cell ends
+    with one line naming the step whose weights the model holds, no other red output; the kernel is busy from the
+    run to that line, then idle; the next cell's fit trains."""
+    jupyter_lab.write_notebook(INTERRUPT_NOTEBOOK, INTERRUPT_CELLS)
+    step_file = jupyter_lab.notebook_dir / "step.txt"
+    lab.open_notebook(INTERRUPT_NOTEBOOK, timeout=120)
+    lab.hide_side_panels()
+    try:
+        lab.run_cell(0, timeout=120)
+        lab.run_cell(1, wait=False)
+        deadline = time.monotonic() + 180
+        while not (step_file.exists() and step_file.read_text().strip() not in ("", "0", "1", "2")):
+            assert time.monotonic() < deadline, "the fit did not reach step 3"
+            time.sleep(0.1)
+        running = [lab.page.evaluate(STATUS) for _ in range(3)]
+        assert all(s == ["busy", "busy"] for s in running), running  # the status bar says busy while it runs
+        lab.page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:interrupt')")
+        states = []
+        while lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[1]"
+                                ".model.executionCount === null") or lab.page.evaluate(STATUS)[0] != "idle":
+            states.append(tuple(lab.page.evaluate(STATUS)))
+            assert time.monotonic() < deadline + 60, states[-5:]
+            time.sleep(0.05)
+        # busy until the cell's end (no idle while the workers stopped), idle after
+        assert all(s == ("busy", "busy") for s in states[:-1] if s[0] != "idle") and "idle" not in [
+            s[0] for s in states[: -3 or None]], states
+        red = lab.cell(1).locator(STDERR).all_inner_texts()
+        text = lab.cell(1).locator(".jp-Cell-outputArea").inner_text()
+        lines = [line for line in text.splitlines() if line.startswith("Stopped by you")]
+        assert len(lines) == 1 and re.fullmatch(
+            r"Stopped by you after (\d+) steps: the model you passed to fit\(\) has the weights of step \1\.",
+            lines[0]), text[-2000:]
+        for noise in ("SIGTERM", "SystemExit", "To exit", "Traceback", "KeyboardInterrupt", "Detected"):
+            assert noise not in text, (noise, text[-2000:])
+        # red: Lightning's lines of a fit (and its hint where a `srun` is on the PATH), and the one line
+        allowed = (*EXPECTED_STDERR, r".*slurm\.py:\d+: The `srun` command is available.*", re.escape(lines[0]))
+        unexpected = [line for t in red for line in t.splitlines()
+                      if line.strip() and not any(re.fullmatch(p, line.strip()) for p in allowed)]
+        assert unexpected == [], unexpected
+        shot = lab.screenshot("multicard_interrupted", lab.cell(1))
+        lab.publish(shot, "multicard_interrupted.png")
+
+        lab.run_cell(2, timeout=240)
+        assert "TRAINED AGAIN True 30" in lab.cell(2).locator(".jp-Cell-outputArea").inner_text()
+    finally:
+        lab.save_console("multicard-interrupt")
