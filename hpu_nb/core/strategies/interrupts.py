@@ -54,9 +54,12 @@ def _steps(n: int) -> str:
     return f"{n} step{'' if n == 1 else 's'}"
 
 
-def stopped_message(worker_steps: tuple[int, bool] | None) -> str:
+def stopped_message(worker_steps: tuple[int, bool] | None, trainer: bool = True) -> str:
     """The one line: what the interrupt stopped and what the notebook's model now holds. `worker_steps`: rank 0's
-    (steps run, whether the interrupt stopped them), None when the workers were ended with nothing handed back."""
+    (steps run, whether the interrupt stopped them), None when the workers were ended with nothing handed back;
+    `trainer`: a Trainer's fit (else Fabric's launch, whose loop is the user's)."""
+    if worker_steps is None and not trainer:
+        return "Stopped by you: the workers were ended, and fabric.launch() returned nothing."
     if worker_steps is None:
         return ("Stopped by you outside a training step: the workers were ended there, and the model you passed to"
                 " fit() keeps the weights it had before fit().")

@@ -153,7 +153,8 @@ class WorkerLivenessMixin(ForkCheckMixin):
         watch.start()
         # the Trainer's workers stop together at a step boundary on an interrupt (interrupts.py); Fabric's loop is
         # the user's: its workers are ended at once
-        interrupt = interrupts.LaunchInterrupt(watch.running_pids, watch.stop, graceful="trainer" in kwargs)
+        trainer = "trainer" in kwargs
+        interrupt = interrupts.LaunchInterrupt(watch.running_pids, watch.stop, graceful=trainer)
         self._worker_steps: tuple[int, bool] | None = None  # rank 0's steps, and whether an interrupt ended them
         try:
             with interrupt:
@@ -163,7 +164,7 @@ class WorkerLivenessMixin(ForkCheckMixin):
             # watch already did): no worker may outlive this call.
             rank_processes.stop_processes(watch.running_pids())
             if interrupt.requested:
-                raise interrupts.FitInterrupted(interrupts.stopped_message(None)) from err
+                raise interrupts.FitInterrupted(interrupts.stopped_message(None, trainer)) from err
             raise
         finally:
             watch.stop()
