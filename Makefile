@@ -21,6 +21,10 @@ export HPU_NB_OPTIMUM_PYTHON := $(CURDIR)/$(OPTIMUM_VENV)/bin/python
 TRANSFORMERS_VENV := .venv-transformers
 TRANSFORMERS_STAMP := $(TRANSFORMERS_VENV)/.installed
 export HPU_NB_TRANSFORMERS_PYTHON := $(CURDIR)/$(TRANSFORMERS_VENV)/bin/python
+# Beyond one machine: mpi4py and Ray Train (the `cluster` extra) in a third layer over $(VENV), which stays free of ray;
+# Open MPI, SLURM and munge from the system's packages (.ci/install_cluster.sh). For tests/cluster: `make test-cluster`.
+CLUSTER_VENV := .venv-cluster
+CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
 JUPYTER_PORT ?= 8888
 # DeepSpeed's C++ ops are compiled by torch into TORCH_EXTENSIONS_DIR (default: one folder per user, shared by every
 # checkout and venv, so each one rebuilds the others' ops). Ours live in the venv: built once by `make setup`, found by
@@ -31,7 +35,7 @@ export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 # emulated Gaudi's everywhere else (hpu_nb-habana.pth), unless HPU_NB_AUTOLOAD=0.
 REAL_HABANA := HPU_NB_AUTOLOAD=0
 
-.PHONY: setup optimum-env transformers-env lab test test-fast test-torch-builds lint bench browser screenshots clean
+.PHONY: setup optimum-env transformers-env lab test test-fast test-torch-builds test-cluster lint bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -135,6 +139,18 @@ test-torch-builds: setup
 	$(PY) .ci/torch_builds.py $(TORCH_BUILDS) -- $(XDIST)
 	@if [ -n "$(PYTHON312)" ]; then $(PYTHON312) .ci/torch_builds.py latest -- $(XDIST); \
 	else echo "test-torch-builds: no python3.12 here: Python 3.12 not checked"; fi
+
+# mpirun (Lightning and Habana's plain-torch pattern), srun under a single-node SLURM the tests start on 127.0.0.1, and
+# Ray Train, each training 2 emulated cards (tests/cluster: the README's "Clusters" commands). Not part of `make test`.
+$(CLUSTER_STAMP): $(STAMP)
+	bash .ci/install_cluster.sh
+	@echo "setting up $(CLUSTER_VENV): the cluster extra over $(VENV), for tests/cluster"
+	$(PY) .ci/layered_venv.py $(PY) $(CLUSTER_VENV) cluster
+	@touch $(CLUSTER_STAMP)
+
+test-cluster: $(CLUSTER_STAMP)
+	@bash .ci/install_cluster.sh  # again: a checkout kept on a new machine has the venv but not the packages
+	$(CLUSTER_VENV)/bin/python -m pytest tests/cluster -m cluster -q --durations=10
 
 # Refresh docs/screenshots/ from the real-browser tests.
 screenshots: setup browser

@@ -15,6 +15,8 @@ import habana_frameworks.torch.hpu  # noqa: F401  (the device first)
 from hpu_nb.emulator.hpu_device import hccl as _hccl
 
 __emulated__ = True
+# Ray's switch (ray._private.accelerators.hpu) that leaves HABANA_VISIBLE_MODULES as the node has it.
+RAY_NOSET_VISIBLE_MODULES = "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES"
 _MPI_NAMES = {"OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
               "OMPI_COMM_WORLD_RANK": "RANK"}
 
@@ -34,9 +36,14 @@ def _module_id(local_rank: int, world_size: int) -> None:
     if visible is not None:
         modules = visible.split(",")
         if local_rank >= len(modules):
+            # Habana's bridge asserts the same (local rank N binds the Nth visible module). Ray is where users meet it:
+            # its HPU accelerator manager narrows each worker's HABANA_VISIBLE_MODULES to that worker's own card.
             raise AssertionError(
                 f"There are not enough devices available for training: local rank {local_rank} but"
                 f" HABANA_VISIBLE_MODULES={visible!r}. Please verify that HABANA_VISIBLE_MODULES is set correctly."
+                f" Under Ray, which sets each worker's HABANA_VISIBLE_MODULES to its own card only, start Ray with"
+                f" {RAY_NOSET_VISIBLE_MODULES}=1 in its environment (as Habana's software needs it too): every"
+                " worker then sees the node's cards and local rank N takes the Nth."
             )
         os.environ["HLS_MODULE_ID"] = modules[local_rank]
     else:
