@@ -346,3 +346,46 @@ def test_the_devices_rule_is_the_accelerator_s() -> None:
             _parse_hpus(devices)
         assert str(raised.value) == issue.message
     assert devices_issues(1, backend) == []
+
+
+# -- facts with one home (issue 30, point 1): fp8 ranges, memory counter names, the supported Lightning range -------
+def _numbers(tree: ast.AST) -> list[float]:
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)]
+
+
+def test_the_fp8_ranges_are_written_once_in_the_generations() -> None:
+    """240 / 448 / 57344 (the fp8 full scales) appear as numbers in runtime/generations.py only; the bridge's tables
+    (quantizer, fused AdamW) take them from there."""
+    ranges = {240, 448, 57344}  # 240.0 == 240: a float literal matches too
+    found = {str(path.relative_to(PACKAGE.parent)) for path in sorted(PACKAGE.rglob("*.py"))
+             if ranges & set(_numbers(ast.parse(path.read_text(encoding="utf-8"))))}
+    found.discard("hpu_nb/notebook/memory_monitor.py")  # MAX_RANK_POINTS = 240 samples, not an fp8 range
+    assert found == {"hpu_nb/runtime/generations.py"}
+    assert (GENERATIONS["gaudi2"].fp8_max("E4M3"), GENERATIONS["gaudi3"].fp8_max("E4M3")) == (240.0, 448.0)
+    assert GENERATIONS["gaudi2"].fp8_max("E5M2") == GENERATIONS["gaudi3"].fp8_max("e5m2") == 57344.0
+    with pytest.raises(ValueError, match="needs Gaudi2 or newer"):
+        GENERATIONS["gaudi"].fp8_max("E4M3")
+    with pytest.raises(ValueError, match="not a Gaudi fp8 format"):
+        GENERATIONS["gaudi2"].fp8_max("E3M4")
+
+
+def test_the_memory_counter_names_and_the_lightning_range_are_listed_once() -> None:
+    import tomllib
+    from packaging.requirements import Requirement
+
+    from hpu_nb.core import registration
+
+    def lists_the_counters(tree: ast.AST) -> bool:  # a tuple / list literal holding the counter names
+        return any(isinstance(node, (ast.Tuple, ast.List)) and {"MaxAllocSize", "TotalSystemAllocs"} <= {
+            e.value for e in node.elts if isinstance(e, ast.Constant)} for node in ast.walk(tree))
+
+    counters = [path for path in sorted(PACKAGE.rglob("*.py"))
+                if lists_the_counters(ast.parse(path.read_text(encoding="utf-8")))]
+    assert [str(p.relative_to(PACKAGE.parent)) for p in counters] == ["hpu_nb/runtime/base.py"]
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    pinned = {str(Requirement(d).specifier) for d in pyproject["project"]["dependencies"]
+              if Requirement(d).name == "lightning"}
+    assert pinned == {registration.supported_lightning()} and registration.is_supported_lightning()
+    assert not [path for path in sorted((PACKAGE / "core").rglob("*.py"))
+                if "2, 6" in path.read_text(encoding="utf-8") or "2.6.x" in path.read_text(encoding="utf-8")]

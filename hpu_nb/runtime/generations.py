@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from hpu_nb.runtime.env import LAZY_MODE_ENV
 
 GiB = 1 << 30
+FP8_E5M2_MAX = 57344.0  # e5m2's largest value, on every Gaudi with fp8
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ class Generation:
     supports_fp8: bool
     syn_device_type: str  # its member of habana_frameworks.torch.utils.experimental.synDeviceType
     board_prefix: str  # how its boards' product names start (hl-smi): HL-205 Gaudi, HL-225 Gaudi2, HL-325 Gaudi3
+    # The largest e4m3 value this card represents (0: no fp8). Gaudi2's e4m3 is the "fnuz" variant, whose range ends at
+    # 240 (INC's fp_utils.get_fullscale uses torch.float8_e4m3fnuz's range for float8_e4m3fn on Gaudi2); Gaudi3's is
+    # torch.float8_e4m3fn's, 448. e5m2 is the same everywhere (FP8_E5M2_MAX).
+    fp8_e4m3_max: float = 0.0
 
     @property
     def label(self) -> str:
@@ -40,6 +45,14 @@ class Generation:
     def fp8_support(self) -> tuple[bool, str]:
         """(available, reason): fp8 (training and inference) needs Gaudi2 or newer."""
         return _support(self.supports_fp8, "fp8", self.device_name)
+
+    def fp8_max(self, fmt: str) -> float:
+        """The largest value of fp8 format `fmt` ("E4M3" or "E5M2") on this card: the full scale fp8 scales aim at."""
+        if not self.supports_fp8:
+            raise ValueError(self.fp8_support()[1])
+        if fmt.upper() not in ("E4M3", "E5M2"):
+            raise ValueError(f"{fmt!r} is not a Gaudi fp8 format: use 'E4M3' or 'E5M2'.")
+        return self.fp8_e4m3_max if fmt.upper() == "E4M3" else FP8_E5M2_MAX
 
 
 def first_supporting(what: str) -> Generation:
@@ -57,9 +70,9 @@ GENERATIONS: dict[str, Generation] = {
     "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False,
                          syn_device_type="synDeviceGaudi", board_prefix="HL-20"),
     "gaudi2": Generation("gaudi2", "GAUDI2", 96 * GiB, supports_fp16=True, supports_fp8=True,
-                          syn_device_type="synDeviceGaudi2", board_prefix="HL-22"),
+                          syn_device_type="synDeviceGaudi2", board_prefix="HL-22", fp8_e4m3_max=240.0),
     "gaudi3": Generation("gaudi3", "GAUDI3", 128 * GiB, supports_fp16=True, supports_fp8=True,
-                          syn_device_type="synDeviceGaudi3", board_prefix="HL-3"),
+                          syn_device_type="synDeviceGaudi3", board_prefix="HL-3", fp8_e4m3_max=448.0),
 }
 
 

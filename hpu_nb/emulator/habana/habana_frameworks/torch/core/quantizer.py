@@ -23,11 +23,16 @@ from typing import Any
 import torch
 from habana_frameworks.torch.core import observer as _observer
 
+from hpu_nb.runtime.generations import GENERATIONS
+
 __emulated__ = True
 
 logger = logging.getLogger("habana_frameworks.torch.core.quantizer")  # Habana's: "PT_COMPILE"
 
-QUANTIZER_MIN_MAX = {torch.int8: (-128, 127), torch.float8_e4m3fn: (-240, 240), torch.float8_e5m2: (-240, 240)}
+# The bridge's table: both fp8 formats clamp to Gaudi2's e4m3 range (240), as its quantizer.py has it.
+_FP8_RANGE = int(GENERATIONS["gaudi2"].fp8_max("E4M3"))
+QUANTIZER_MIN_MAX = {torch.int8: (-128, 127), torch.float8_e4m3fn: (-_FP8_RANGE, _FP8_RANGE),
+                     torch.float8_e5m2: (-_FP8_RANGE, _FP8_RANGE)}
 extra_args_act: dict[str, Any] = {"for_observer": {"eps": 2**-12, "backoff_margin": 2}}
 extra_args_weight: dict[str, Any] = {"for_observer": {"eps": 2**-12, "backoff_margin": 1}}
 

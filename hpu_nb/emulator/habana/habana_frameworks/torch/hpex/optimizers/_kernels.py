@@ -13,10 +13,13 @@ from typing import Any
 
 import torch
 
+from hpu_nb.runtime.generations import GENERATIONS
+
 __emulated__ = True
 
-# The fp8 ranges the bridge's AdamW uses when it keeps its moments in fp8 (Gaudi's e4m3 tops out at 240, not 448).
-GAUDI_FP8_MAX = {torch.float8_e4m3fn: 240.0, torch.float8_e5m2: 57344.0}
+# The fp8 ranges the bridge's AdamW uses when it keeps its moments in fp8: Gaudi2's (its e4m3 tops out at 240).
+GAUDI_FP8_MAX = {torch.float8_e4m3fn: GENERATIONS["gaudi2"].fp8_max("E4M3"),
+                 torch.float8_e5m2: GENERATIONS["gaudi2"].fp8_max("E5M2")}
 FP8_DTYPES = tuple(GAUDI_FP8_MAX)
 
 
