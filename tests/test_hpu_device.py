@@ -71,6 +71,42 @@ def test_mixing_hpu_and_cpu_tensors_is_torchs_device_mismatch_error(card):
     assert torch.equal((torch.ones(3, device="hpu") * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
 
 
+def test_lazy_mode_takes_host_tensors_as_graph_inputs_as_habanas_lazy_bridge(card):
+    """Habana's inference tutorials (PT_HPU_LAZY_MODE=1) count `output.max(1)[1].eq(label)` with the labels on the
+    CPU: the lazy bridge wraps a CPU tensor given to an hpu op as a graph input. Eager mode refuses the mix."""
+    from hpu_nb.runtime.env import lazy_mode_from_env
+
+    out = torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]).to("hpu")
+    labels = torch.tensor([1, 0, 0])
+    torch.ops.hpu_emu.set_lazy_host_inputs(True)
+    try:
+        correct = out.max(1)[1].eq(labels).sum()
+        shifted = out + torch.ones(3, 2)
+    finally:
+        torch.ops.hpu_emu.set_lazy_host_inputs(lazy_mode_from_env(False))
+    assert (correct.device.type, correct.item()) == ("hpu", 2)
+    assert shifted.device.type == "hpu" and torch.equal(shifted.cpu(), out.cpu() + 1)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="hpu").eq(torch.ones(3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "expected"), [("1", "hpu:0 1"), ("0", "refused")])
+def test_the_device_reads_the_execution_mode_when_it_loads(mode, expected):
+    code = textwrap.dedent("""
+        import torch, hpu_nb
+        out, labels = torch.tensor([[0.1, 0.9], [0.8, 0.2]]).to("hpu"), torch.tensor([1, 1])
+        try:
+            correct = out.max(1)[1].eq(labels).sum()
+            print(correct.device, correct.item())
+        except RuntimeError:
+            print("refused")
+    """)
+    env = dict(os.environ, PT_HPU_LAZY_MODE=mode)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == expected
+
+
 def test_results_equal_the_cpus(card):
     torch.manual_seed(0)
     a, b = torch.randn(33, 17), torch.randn(17, 9)

@@ -23,8 +23,8 @@ import torch
 # every `import torch`; the device's other parts load when it is first used (benchmarks/bench_autoload.py).
 from hpu_nb.emulator.hpu_device import build, hccl
 from hpu_nb.runtime.base import MEMORY_STAT_KEYS  # the device's counters come back in this order
-from hpu_nb.runtime.env import parse_size
-from hpu_nb.runtime.generations import GENERATIONS, Generation
+from hpu_nb.runtime.env import lazy_mode_from_env, parse_size
+from hpu_nb.runtime.generations import EMULATED_RELEASE, GENERATIONS, Generation
 
 __all__ = [
     "CardConfig",
@@ -233,6 +233,8 @@ def _activate() -> None:
             " top of the notebook, then restart the kernel."
         )
     accelerator.claim()  # which accelerator torch serves now (hpu, or a usable GPU's): see accelerator.py
+    # lazy mode takes CPU tensors given to hpu ops as graph inputs, as Habana's lazy bridge does (hpu_device.cpp)
+    torch.ops.hpu_emu.set_lazy_host_inputs(lazy_mode_from_env(EMULATED_RELEASE.lazy_by_default))
     autocast.register(autocast.lists_from_environment())
     missing_kernels.register()  # after the device's kernels (activate), which it overrides for those ops
     habana_ops.register()

@@ -619,6 +619,15 @@ c10::IValue map_ivalue(const c10::IValue& v, CallState& s, bool to_cpu) {
   return v;
 }
 
+// Lazy mode (PT_HPU_LAZY_MODE=1): Habana's lazy bridge takes a CPU tensor given to an hpu op as an input of the
+// graph (habana_lazy GetOrCreateHbLazyTensor wraps it, copied to the card when the graph runs), so
+// `hpu_out.eq(cpu_labels)` works there; eager mode refuses the mix as torch's devices do. Set at the device's load.
+std::atomic<bool> g_lazy_host_inputs{false};
+
+void set_lazy_host_inputs(bool on) {
+  g_lazy_host_inputs = on;
+}
+
 // Ops that take host tensors beside device tensors on a real device (indices may stay on the host).
 bool accepts_host_tensors(const c10::OperatorName& name) {
   const std::string& n = name.name;
@@ -633,7 +642,8 @@ void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   for (size_t i = first; i < stack->size(); ++i) {
     (*stack)[i] = map_ivalue((*stack)[i], state, /*to_cpu=*/true);
   }
-  if (state.any_hpu && state.host_tensor != nullptr && !accepts_host_tensors(schema.operator_name())) {
+  if (state.any_hpu && state.host_tensor != nullptr && !g_lazy_host_inputs &&
+      !accepts_host_tensors(schema.operator_name())) {
     TORCH_CHECK(
         false, "Expected all tensors to be on the same device, but found at least two devices, hpu:0 and cpu! (in ",
         schema.operator_name(), ")");
@@ -1058,6 +1068,7 @@ TORCH_LIBRARY(hpu_emu, m) {
   m.def("configure(int limit, str label) -> ()", &hpu_nb::configure);
   m.def("fresh_card() -> ()", &hpu_nb::fresh_card);
   m.def("activate() -> bool", &hpu_nb::activate);
+  m.def("set_lazy_host_inputs(bool on) -> ()", &hpu_nb::set_lazy_host_inputs);
   m.def("claim_accelerator() -> str", &hpu_nb::claim_accelerator);
   m.def("host_alias(Tensor(a) self) -> Tensor(a)", &hpu_nb::host_alias);
   m.def("register_autocast(str name, str[] overloads, int policy) -> ()", &hpu_nb::register_autocast);
