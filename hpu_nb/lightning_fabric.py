@@ -10,17 +10,7 @@ from typing import Any
 
 from hpu_nb.wiring import flavours
 
-_NAMES = (  # served by __getattr__: importing them here would load Lightning
-    "HPUAccelerator",
-    "HPUCheckpointIO",
-    "HPUDDPStrategy",
-    "HPUFSDPPrecision",
-    "HPUFSDPStrategy",
-    "HPUParallelStrategy",
-    "HPUPrecision",
-    "SingleHPUStrategy",
-)
-__all__ = list(_NAMES)
+__all__ = list(flavours.FABRIC_NAMES)  # served by __getattr__: importing them here would load Lightning
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hpu_nb.runtime.env import lazy_mode_from_env
@@ -62,8 +63,18 @@ _backend: DeviceBackend | None = None
 _lock = threading.Lock()
 
 
+_emulated_backend: Callable[[], DeviceBackend] | None = None
+
+
+def register_emulated_backend(factory: Callable[[], DeviceBackend]) -> None:
+    """Where the emulated Gaudi plugs in (hpu_nb/emulator/__init__.py does, when imported): the runtime holds the
+    contract and picks a backend, but never imports the emulator."""
+    global _emulated_backend
+    _emulated_backend = factory
+
+
 def _create_backend() -> DeviceBackend:
-    """The one place that picks a backend, and the only import of the emulated Gaudi from the runtime."""
+    """The one place that picks a backend."""
     choice = os.environ.get("HPU_NB_BACKEND", "auto").strip().lower() or "auto"
     if choice not in BACKEND_CHOICES:
         raise ValueError(f"HPU_NB_BACKEND={choice!r} is not valid; choose one of: {', '.join(BACKEND_CHOICES)}.")
@@ -88,9 +99,10 @@ def _create_backend() -> DeviceBackend:
                 " run beside Habana's software in one process: fix the Gaudi (check `hl-smi`), or start a new Python"
                 " with PT_HPU_AUTOLOAD=0 and HPU_NB_BACKEND=emulated to train on the emulated Gaudi."
             )
-    from hpu_nb.emulator.backend import EmulatedBackend  # noqa: PLC0415
-
-    return EmulatedBackend()
+    if _emulated_backend is None:  # `import hpu_nb` imports the emulator package, which registers it
+        raise RuntimeError("hpu_nb's emulated Gaudi did not register its backend: hpu_nb/emulator/__init__.py was not"
+                           " imported (a broken installation? reinstall hpu_nb)")
+    return _emulated_backend()
 
 
 def get_backend() -> DeviceBackend:

@@ -190,6 +190,11 @@ def core_module(flavour: str, name: str) -> Any:
     return flavour_module(flavour, f"core.{name}" if name else "core")
 
 
+# The Fabric pieces, by name: hpu_nb.core.fabric's __all__ and what hpu_nb.lightning_fabric serves (which must not
+# import core to list them: that would load Lightning).
+FABRIC_NAMES = ("HPUAccelerator", "HPUCheckpointIO", "HPUDDPStrategy", "HPUFSDPPrecision", "HPUFSDPStrategy",
+                "HPUParallelStrategy", "HPUPrecision", "SingleHPUStrategy")
+
 # The distribution whose release a flavour runs on (pyproject.toml pins the range of each).
 DISTRIBUTIONS = {"lightning": "lightning", "standalone": "pytorch-lightning"}
 

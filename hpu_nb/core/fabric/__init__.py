@@ -8,4 +8,6 @@ from hpu_nb.core.accelerator import HPUAccelerator  # noqa: F401
 from hpu_nb.core.checkpoint_io import HPUCheckpointIO  # noqa: F401
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision, HPUPrecision  # noqa: F401
 from hpu_nb.core.fabric.strategies import HPUDDPStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy  # noqa: F401
-from hpu_nb.lightning_fabric import __all__  # noqa: F401  (one list of the Fabric names, for both packages)
+from hpu_nb.wiring.flavours import FABRIC_NAMES
+
+__all__ = list(FABRIC_NAMES)  # one list of the Fabric names, for both packages
