@@ -102,6 +102,17 @@ def test_srun_with_ntasks_per_node_trains_a_lightning_trainer(slurm, tmp_path):
     _ranks(tmp_path, "SLURMEnvironment")
 
 
+@pytest.mark.timeout(120)
+def test_srun_with_ntasks_alone_is_refused_by_lightning_naming_ntasks_per_node(slurm, tmp_path):
+    """What the README says of `--ntasks`: Lightning's SLURMEnvironment refuses it, on every rank, before training."""
+    command = ["srun", "--ntasks=2", sys.executable, str(RANKS), "lightning", str(tmp_path), str(CARDS)]
+    result = subprocess.run(command, capture_output=True, text=True, env={**slurm.env(), **_env()}, cwd=str(ROOT),
+                            timeout=100, check=False)
+    assert result.returncode != 0
+    assert "Use `--ntasks-per-node=2` instead" in result.stderr
+    assert not list(tmp_path.glob("rank*.json"))
+
+
 # -- Ray Train ------------------------------------------------------------------------------------------------------
 
 RAY_NOSET = "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES"
