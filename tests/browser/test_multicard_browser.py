@@ -6,7 +6,9 @@
 - none of those fits shows a stderr output (red) other than Lightning's own lines and hpu_nb's one line;
 - MemoryMonitor on 2 cards draws both ranks' memory live (the rank0 / rank1 paths of the chart's SVG gain points while
   the cell runs), each rank in a style of its own with its own legend entry, and its summary names both ranks after
-  fit; the cell shows one progress bar, ending at the last step.
+  fit; the cell shows one progress bar, ending at the last step;
+- interrupting a 2-card fit from JupyterLab leaves one line naming the step whose weights the model holds, the status
+  bar busy until then, and a kernel that trains again (its own notebook and kernel, the `lab` fixture's).
 
 The tests share one page and one kernel (module fixture `page`): the browser and the kernel start once. Run alone they
 run the cells they read. Screenshots go to the artifacts folder (docs/screenshots/ with HPU_NB_UPDATE_SCREENSHOTS=1).
