@@ -292,6 +292,8 @@ def _grad_scaler_methods() -> dict[str, Any]:
         if self.disabled_on_hpu:
             args = {"device": device, "init_scale": init_scale, "growth_factor": growth_factor,
                     "backoff_factor": backoff_factor, "growth_interval": growth_interval, "enabled": enabled}
+            if self.migrated_as == "torch.cuda.amp.GradScaler":
+                del args["device"]  # not an argument of that spelling
             LOG.record(HPU_MODIFIED, f"{self.migrated_as}.__init__", args, "set enabled to False")
             enabled = False
         original_init(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
