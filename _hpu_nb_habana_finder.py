@@ -5,9 +5,10 @@ emulated package exists only once torch's autoload has imported hpu_nb. Python r
 appends one finder to the end of `sys.meta_path`, nothing more (no hpu_nb import: a program that never imports
 `habana_frameworks` pays for this small module only; benchmarks/bench_autoload.py measures it). Being last, the finder
 is asked only after the path finders found no `habana_frameworks`, so Habana's real package always wins where it is
-installed; only then does it import hpu_nb's emulated package (and so for `intel_transformer_engine`, which Habana's
-transformer engine wraps and accelerate looks for by name). It also makes the emulated release visible as the
-installed distribution `habana-torch-plugin` (hpu_nb/emulator/distribution). Neither happens where a `habana_frameworks`
+installed; only then does it import hpu_nb's emulated package (and so for `habana_dataloader`, Habana's media data
+loader, and `intel_transformer_engine`, which Habana's transformer engine wraps and accelerate looks for by name). It
+also makes the emulated release visible as the installed distribution `habana-torch-plugin`
+(hpu_nb/emulator/distribution). Neither happens where a `habana_frameworks`
 package lies on sys.path at start-up, nor with HPU_NB_AUTOLOAD=0 (as for torch's autoload).
 
 The same finder answers `import lightning_habana` (and its module paths) where the archived plugin is not installed:
@@ -24,6 +25,7 @@ LIGHTNING_HABANA = "lightning_habana"  # the archived lightning-habana plugin's 
 LIGHTNING_HABANA_PREFIX = LIGHTNING_HABANA + "."
 NAMES_MARK = "__hpu_nb_names__"  # on the modules hpu_nb serves (hpu_nb.lightning_habana_names.MARK)
 TE_PACKAGE = "intel_transformer_engine"  # what Habana's transformer engine wraps (1.19+): fp8 checks ask for it by name
+DATALOADER_PACKAGE = "habana_dataloader"  # Habana's media data loader: Model-References' scripts import it by name
 # The emulated release as an installed distribution (`pip list`, importlib.metadata): see its README.
 DISTRIBUTION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hpu_nb", "emulator", "distribution")
 
@@ -42,7 +44,7 @@ class HabanaFallbackFinder:  # a MetaPathFinder, duck-typed: importlib.abc would
             from hpu_nb import lightning_habana_names  # noqa: PLC0415 -- lazy, as below
 
             return lightning_habana_names.find_spec(fullname)
-        if not self.emulate_habana or fullname not in (PACKAGE, TE_PACKAGE):
+        if not self.emulate_habana or fullname not in (PACKAGE, TE_PACKAGE, DATALOADER_PACKAGE):
             return None
         # this also installs hpu_nb's own finder (torch.hpu); idempotent
         from hpu_nb.emulator import habana  # noqa: PLC0415 -- lazy: a start-up module imports hpu_nb only when asked

@@ -478,3 +478,27 @@ def test_autoload_entry_is_harmless_and_idempotent() -> None:
     hpu_module = torch.hpu
     assert entry() is None and entry() is None
     assert torch.hpu is hpu_module and autoload.is_loaded is True
+
+
+def test_habana_dataloader_falls_back_to_torchs_with_the_same_batches(capsys, monkeypatch):
+    """Model-References' scripts `import habana_dataloader`: with no media pipeline, every dataset takes Habana's
+    fallback to torch's DataLoader (same arguments, same batches), saying so; DATALOADER_FALLBACK_EN="" refuses."""
+    import habana_dataloader
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from hpu_nb.runtime.habana_install import is_emulated
+
+    dataset = TensorDataset(torch.arange(20.0).view(10, 2), torch.arange(10))
+    torch.manual_seed(3)
+    loader = habana_dataloader.HabanaDataLoader(dataset, batch_size=4, shuffle=True, drop_last=True)
+    assert "Running with PyTorch Dataloader" in capsys.readouterr().out
+    torch.manual_seed(3)
+    reference = DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True)
+    torch.manual_seed(5)
+    got = [batch[1].tolist() for batch in loader]
+    torch.manual_seed(5)
+    assert got == [batch[1].tolist() for batch in reference] and len(loader) == len(reference) == 2
+    assert loader.batch_size == 4 and is_emulated(habana_dataloader)
+    monkeypatch.setenv("DATALOADER_FALLBACK_EN", "")
+    with pytest.raises(RuntimeError, match="DATALOADER_FALLBACK_EN is empty"):
+        habana_dataloader.HabanaDataLoader(dataset, batch_size=4)

@@ -109,10 +109,10 @@ def _write_distribution(config: Any) -> None:
 
 
 def _is_fake_or_emulated(module: Any) -> bool:
-    from hpu_nb.emulator.habana import ROOT, TE_ROOT
+    from hpu_nb.emulator.habana import DATALOADER_ROOT, ROOT, TE_ROOT
 
     paths = [str(p) for p in (getattr(module, "__path__", None) or [getattr(module, "__file__", "") or ""])]
-    return all(p.startswith((SITE, str(ROOT), str(TE_ROOT))) for p in paths)
+    return all(p.startswith((SITE, str(ROOT), str(TE_ROOT), str(DATALOADER_ROOT))) for p in paths)
 
 
 @contextlib.contextmanager

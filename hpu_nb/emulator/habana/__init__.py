@@ -27,6 +27,9 @@ HPU_MODULE = "habana_frameworks.torch.hpu"
 # The package Habana's transformer engine is a shim over (1.19+); fp8 checks (accelerate) look for it by name.
 TE_PACKAGE = "intel_transformer_engine"
 TE_ROOT = Path(__file__).with_name(TE_PACKAGE)
+# Habana's media data loader, imported by name in Model-References' scripts (`import habana_dataloader`).
+DATALOADER_PACKAGE = "habana_dataloader"
+DATALOADER_ROOT = Path(__file__).with_name(DATALOADER_PACKAGE)
 
 
 class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on torch's autoload path)
@@ -40,9 +43,9 @@ class _TorchHpuLoader:  # a Loader, duck-typed (importlib.abc would cost ms on t
 
 
 def emulated_spec(name: str = PACKAGE) -> Any:
-    """The module spec of an emulated top-level package, `habana_frameworks` or `intel_transformer_engine` (their
-    submodules come from their __path__)."""
-    root = {PACKAGE: ROOT, TE_PACKAGE: TE_ROOT}[name]
+    """The module spec of an emulated top-level package, `habana_frameworks`, `intel_transformer_engine` or
+    `habana_dataloader` (their submodules come from their __path__)."""
+    root = {PACKAGE: ROOT, TE_PACKAGE: TE_ROOT, DATALOADER_PACKAGE: DATALOADER_ROOT}[name]
     return importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
 
 
@@ -52,8 +55,8 @@ class _EmulatedHabanaFinder:  # a MetaPathFinder, duck-typed
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname == PACKAGE:
             return emulated_spec()
-        if fullname == TE_PACKAGE and real_habana_spec() is None:
-            return emulated_spec(TE_PACKAGE)
+        if fullname in (TE_PACKAGE, DATALOADER_PACKAGE) and real_habana_spec() is None:
+            return emulated_spec(fullname)
         if fullname == "torch.hpu" and real_habana_spec() is None:
             return importlib.machinery.ModuleSpec(fullname, _TorchHpuLoader())
         return None
