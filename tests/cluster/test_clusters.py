@@ -141,6 +141,18 @@ def test_ray_narrowing_each_worker_to_its_own_card_is_habana_s_clear_error(monke
     assert os.environ["HLS_MODULE_ID"] == "1"
 
 
+def test_ray_s_prepare_trainer_refuses_the_hpu_strategies_as_the_readme_says():
+    """prepare_trainer accepts only Ray's own strategy classes; the supported combination (README) leaves it out."""
+    import lightning as L
+    from ray.train.lightning import prepare_trainer
+
+    import hpu_nb  # noqa: F401  (registers "hpu" with Lightning)
+
+    trainer = L.Trainer(accelerator="hpu", devices=1, strategy="hpu_ddp", logger=False, enable_progress_bar=False)
+    with pytest.raises(RuntimeError, match="Invalid strategy class.*HPUDDPStrategy.*RayDDPStrategy"):
+        prepare_trainer(trainer)
+
+
 def _ray(mode: str, out: Path) -> dict:
     # Ray's session folder of its own (its default, /tmp/ray, is shared by every Ray on the machine), with a short
     # path: Ray's Unix sockets live there, and a socket's path has at most 107 characters.
