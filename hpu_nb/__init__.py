@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "HPUCheckpointIO": "hpu_nb.core.checkpoint_io",
     "InvalidCheckpointError": "hpu_nb.core.checkpoint_io",
     "HPUDataModule": "hpu_nb.core.datamodule",
-    "StuckRankError": "hpu_nb.core.strategies.liveness",
+    "StuckRankError": "hpu_nb.core.strategy_parts.liveness",
     "HPUPrecision": "hpu_nb.core.fabric.precision",
     "HPUGraphMetrics": "hpu_nb.core.metrics",
     "HPUProfiler": "hpu_nb.core.profiler",

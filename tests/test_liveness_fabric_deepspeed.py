@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from hpu_nb.core.strategies import liveness, rank_processes
+from hpu_nb.core.strategy_parts import liveness, rank_processes
 from tests.test_parallel_liveness import COLLECTIVE_TIMEOUT_S, ROOT, RUN_LIMIT_S, assert_no_process_left
 
 pytestmark = pytest.mark.slow

@@ -619,7 +619,7 @@ def test_a_forked_worker_sends_its_output_on_one_pipe_in_order(monkeypatch: pyte
     import multiprocessing.util
     import sys
 
-    from hpu_nb.core.strategies.worker_output import LINGER_MS, keep_worker_output_in_order
+    from hpu_nb.core.strategy_parts.worker_output import LINGER_MS, keep_worker_output_in_order
 
     finalizers: list[Any] = []
     monkeypatch.setattr(multiprocessing.util, "Finalize", lambda obj, fn, exitpriority=None: finalizers.append(fn))
@@ -640,7 +640,7 @@ def test_a_forked_worker_sends_its_output_on_one_pipe_in_order(monkeypatch: pyte
 def test_output_order_is_left_alone_in_the_kernel_itself_and_outside_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from hpu_nb.core.strategies.worker_output import keep_worker_output_in_order, wait_for_worker_output
+    from hpu_nb.core.strategy_parts.worker_output import keep_worker_output_in_order, wait_for_worker_output
 
     kernel = _FakeIOPubThread(master=True)
     monkeypatch.setattr(sys, "stdout", type("OutStream", (), {"pub_thread": kernel})())

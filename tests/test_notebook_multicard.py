@@ -278,7 +278,7 @@ def _assert_one_bar_ending_at_the_last_step(cell: str) -> Any:
 ORDERED_WORKERS = f"""
 import multiprocessing, sys, time
 sys.path.insert(0, {str(ROOT)!r})
-from hpu_nb.core.strategies.worker_output import keep_worker_output_in_order, wait_for_worker_output
+from hpu_nb.core.strategy_parts.worker_output import keep_worker_output_in_order, wait_for_worker_output
 
 def work(rank):
     ordered = keep_worker_output_in_order()

@@ -21,10 +21,10 @@ import pytest
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies.ddp import DDPStrategy
 
-from hpu_nb.core.strategies import liveness
 from hpu_nb.core.strategies.deepspeed import HPUDeepSpeedStrategy
 from hpu_nb.core.strategies.fsdp import HPUFSDPStrategy
 from hpu_nb.core.strategies.parallel import HPUParallelStrategy
+from hpu_nb.core.strategy_parts import liveness
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = ROOT / "tests" / "dist_scripts" / "fit.py"
@@ -241,7 +241,7 @@ _IGNORED_TIMEOUT = """
 import time
 from datetime import timedelta
 from torch.distributed import TCPStore
-from hpu_nb.core.strategies import liveness
+from hpu_nb.core.strategy_parts import liveness
 liveness.BACKSTOP_GRACE_S = 1.0
 store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the job's store, as rank 0 hosts it
 progress = liveness.RankProgress(rank=0, world_size=2, timeout=timedelta(seconds=2))

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric.precision import HPUPrecision
 from hpu_nb.core.precision import HPUFp8Mixin, HPUPrecisionPlugin, unify_precision
-from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
-from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly
+from hpu_nb.core.strategy_parts.fsdp import HPUFSDPPrecisionMixin
+from hpu_nb.core.strategy_parts.guards import HPUAcceleratorOnly
 
 if TYPE_CHECKING:
     import torch

@@ -4,8 +4,9 @@ As Lightning builds its precisions (`TransformerEnginePrecision(Precision, Fabri
 the work and the Trainer's `HPUPrecisionPlugin(Precision, HPUPrecision)` (hpu_nb.core.precision) adds only the
 Trainer's hooks: the precision names and the Gaudi-generation checks (hpu_nb.core.precision_names), autocast on "hpu"
 with Habana's op lists, fp8 (`convert_module` during set-up, `convert_modules`), and the loss scaler of "16-mixed"
-(hpu_nb.core.mixed_precision). FSDP's precision is the Trainer's `HPUFSDPPrecisionMixin` (strategies/fsdp.py) on
-Fabric's FSDPPrecision: Lightning's two FSDPPrecision classes do not share a base.
+(hpu_nb.core.mixed_precision). FSDP's precision is the shared `HPUFSDPPrecisionMixin`
+(hpu_nb.core.strategy_parts.fsdp) on Fabric's FSDPPrecision: Lightning's two FSDPPrecision classes do not share a
+base.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from hpu_nb.core.fp8.plugin import HPUFp8Mixin
 from hpu_nb.core.mixed_precision import autocast_context, loss_scaler, optimizer_unscales_itself
 from hpu_nb.core.oplists import OpListSource, apply_op_lists, load_op_lists, shadowed_fp32_ops
 from hpu_nb.core.precision_names import validate_precision
-from hpu_nb.core.strategies.fsdp import HPUFSDPPrecision as TrainerFSDPPrecision
-from hpu_nb.core.strategies.fsdp import HPUFSDPPrecisionMixin
+from hpu_nb.core.strategy_parts.fsdp import HPUFSDPPrecisionMixin
 from hpu_nb.runtime.autocast_lists import DEFAULT_LOWER_OPS
 
 __all__ = ["HPUFSDPPrecision", "HPUPrecision"]
@@ -162,7 +162,8 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
         """This plugin, or the same precision from one of hpu_nb's other precision plugins (e.g. the Trainer's)."""
         if isinstance(plugin, cls):
             return plugin
-        if isinstance(plugin, (HPUPrecision, TrainerFSDPPrecision)):  # HPUPrecisionPlugin is an HPUPrecision
+        # HPUPrecisionPlugin is an HPUPrecision, the Trainer's HPUFSDPPrecision an HPUFSDPPrecisionMixin
+        if isinstance(plugin, (HPUPrecision, HPUFSDPPrecisionMixin)):
             return cls(plugin.precision)
         raise TypeError(f"HPUFSDPStrategy works with HPUFSDPPrecision, got {type(plugin).__name__}.")
 

@@ -1,11 +1,11 @@
-"""Fabric's HPU strategies: thin adapters of the pieces the Trainer's strategies use.
+"""Fabric's HPU strategies: thin adapters of the pieces shared with the Trainer's (hpu_nb.core.strategy_parts).
 
 Fabric has strategy classes of its own (`lightning.fabric.strategies`), so each HPU strategy needs a Fabric class; what
-they do is written once and shared with the Trainer's: the card (`HPUParallelMixin.root_device`), HCCL set-up and
-reduce semantics, the launcher choice (script / fork in a notebook / spawn) and its fork check (`HPUParallelMixin`),
-HPUCheckpointIO by default (`HPUCheckpointIODefault`), FSDP's eager-mode rule and precision (strategies/fsdp.py).
-The launchers carry the Trainer's liveness (`ScriptLivenessMixin`, `WorkerLivenessMixin`). The one Fabric-specific
-thing is where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_step`.
+they do is written once for both flavours: the card (`HPUParallelMixin.root_device`), HCCL set-up and reduce semantics,
+the launcher choice (script / fork in a notebook / spawn) and its fork check (`HPUParallelMixin`), HPUCheckpointIO by
+default (`HPUCheckpointIODefault`), FSDP's eager-mode rule and precision (strategy_parts/fsdp.py), and the launchers'
+liveness (`ScriptLivenessMixin`, `WorkerLivenessMixin`). Fabric's own: its launchers (rank 0's value comes back as
+bytes), and where lazy mode's mark_step goes: Fabric's `backward` and `optimizer_step`.
 """
 
 from __future__ import annotations
@@ -26,20 +26,16 @@ from hpu_nb.core import noise
 from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
-from hpu_nb.core.strategies.fsdp import check_eager_mode
-from hpu_nb.core.strategies.hpu_steps import HPUAcceleratorOnly, HPUCheckpointIODefault
-from hpu_nb.core.strategies.parallel import (
-    HPUParallelMixin,
-    ProcessStartMethod,
-    ScriptLivenessMixin,
-    WorkerLivenessMixin,
-)
+from hpu_nb.core.strategy_parts.fsdp import check_eager_mode
+from hpu_nb.core.strategy_parts.guards import HPUAcceleratorOnly, HPUCheckpointIODefault
+from hpu_nb.core.strategy_parts.launchers import ProcessStartMethod, ScriptLivenessMixin, WorkerLivenessMixin
+from hpu_nb.core.strategy_parts.parallel import HPUParallelMixin
 from hpu_nb.runtime import get_backend
 
 if TYPE_CHECKING:
     from lightning.fabric.strategies import Strategy as FabricStrategyHost
 else:
-    FabricStrategyHost = object  # a base for the type checker only (as strategies/hosts.py's)
+    FabricStrategyHost = object  # a base for the type checker only: the Fabric Strategy it is mixed into
 
 __all__ = ["HPUDDPStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
 
@@ -77,9 +73,9 @@ class _FabricHPUSteps(HPUAcceleratorOnly, HPUCheckpointIODefault, FabricStrategy
         return output
 
 
-class _FabricLaunchers(HPUParallelMixin):
-    """Fabric's launchers for HPUParallelMixin._configure_launcher, and what a rank outside every Fabric call is doing:
-    the user's own loop."""
+class _FabricParallel(HPUParallelMixin):
+    """HPUParallelMixin with Fabric's launchers, and what a rank outside every Fabric call is doing: the user's own
+    loop."""
 
     _idle_phase = "the script's own code (no Fabric call)"
 
@@ -117,7 +113,7 @@ class SingleHPUStrategy(_FabricHPUSteps, SingleDeviceStrategy):
         _register(cls, strategy_registry, cls.strategy_name, "hpu_single")  # the plugin's Fabric name, the Trainer's
 
 
-class HPUParallelStrategy(_FabricLaunchers, HPUParallelMixin, _FabricHPUSteps, DDPStrategy):
+class HPUParallelStrategy(_FabricParallel, _FabricHPUSteps, DDPStrategy):
     """Fabric DDP across Gaudi cards over HCCL: `Fabric(accelerator="hpu", devices=N)`, or `strategy="hpu_parallel"`.
 
     start_method: "auto" (fork in a notebook, Lightning's script launcher elsewhere), "popen", "fork" or "spawn".
@@ -150,7 +146,7 @@ class HPUDDPStrategy(HPUParallelStrategy):
     strategy_name = "hpu_ddp"
 
 
-class HPUFSDPStrategy(_FabricLaunchers, HPUParallelMixin, HPUAcceleratorOnly, FSDPStrategy):
+class HPUFSDPStrategy(_FabricParallel, HPUAcceleratorOnly, FSDPStrategy):
     """Fabric FSDP on HPU (eager mode): Lightning's FSDPStrategy arguments, `precision=HPUFSDPPrecision(...)`."""
 
     strategy_name = "hpu_fsdp"

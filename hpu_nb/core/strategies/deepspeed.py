@@ -41,8 +41,8 @@ from hpu_nb.core.fp8.plugin import HPUFp8Mixin
 from hpu_nb.core.issues import Issue
 from hpu_nb.core.mixed_precision import autocast_context
 from hpu_nb.core.precision_names import unify_precision, validate_precision
-from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
+from hpu_nb.core.strategies.launchers import HPUMultiProcessingLauncher
+from hpu_nb.core.strategies.parallel import HPUTrainerParallelMixin
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.base import DeviceBackend
@@ -298,7 +298,7 @@ def validate_zero_config(config: dict[str, Any], backend: DeviceBackend | None =
         zero.pop("offload_optimizer")
 
 
-class HPUDeepSpeedStrategy(HPUParallelMixin, HPUStepsMixin, DeepSpeedStrategy):
+class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedStrategy):
     """DeepSpeed on HPU: ZeRO-1/2/3, offload, BF16, activation checkpointing; arguments or a JSON config dict/file.
 
     Takes Lightning's DeepSpeedStrategy arguments (zero_optimization, stage, offload_optimizer, offload_parameters,

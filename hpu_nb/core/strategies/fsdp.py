@@ -1,17 +1,16 @@
-"""HPUFSDPStrategy and HPUFSDPPrecision: PyTorch FSDP across Gaudi cards (gloo on the emulated Gaudi).
+"""HPUFSDPStrategy and HPUFSDPPrecision (Trainer): PyTorch FSDP across Gaudi cards (gloo on the emulated Gaudi).
 
-Habana runs FSDP in eager mode only (PT_HPU_LAZY_MODE=0, set before Python starts); the emulated Gaudi follows the
-same rule so a script that runs here runs on a Gaudi. Lightning's FSDPStrategy does the sharding, with full or
-sharded state dicts; this subclass keeps its own registry list (Lightning refuses its FSDP names off CUDA) and its
+Habana runs FSDP in eager mode only; that rule and what FSDP precision means on HPU are shared with Fabric's FSDP
+(hpu_nb.core.strategy_parts.fsdp). Lightning's FSDPStrategy does the sharding, with full or sharded state dicts; this
+subclass keeps its own registry list (Lightning refuses its FSDP names off CUDA) and its
 precision autocasts on the backend's device type instead of "cuda".
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Generator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, ClassVar
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
 import lightning.pytorch.strategies.fsdp as pl_fsdp
 import torch
@@ -21,27 +20,23 @@ from lightning.pytorch.strategies.fsdp import (
     _move_torchmetrics_to_device,
     _setup_activation_checkpointing,
 )
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, MixedPrecision, StateDictType
+from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
 from torch.distributed.fsdp.api import FullOptimStateDictConfig
 from torch.distributed.fsdp.wrap import enable_wrap
 from typing_extensions import override
 
-from hpu_nb.core.issues import Issue
-from hpu_nb.core.mixed_precision import autocast_context, loss_scaler
-from hpu_nb.core.precision_names import autocast_dtype, precision_dtype, unify_precision
-from hpu_nb.core.precision_rules import generation_issues
-from hpu_nb.core.strategies.hpu_steps import HPUStepsMixin
-from hpu_nb.core.strategies.parallel import HPUMultiProcessingLauncher, HPUParallelMixin
-from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.base import DeviceBackend
+from hpu_nb.core.strategies.launchers import HPUMultiProcessingLauncher
+from hpu_nb.core.strategies.parallel import HPUTrainerParallelMixin
+from hpu_nb.core.strategy_parts.fsdp import (
+    FSDP_PRECISIONS,
+    HPUFSDPPrecisionMixin,
+    check_eager_mode,
+    fsdp_issues,
+    validate_fsdp_precision,
+)
 
-if TYPE_CHECKING:
-    from hpu_nb.core.strategies.hosts import FSDPPrecisionHost
-else:
-    FSDPPrecisionHost = object  # a base for the type checker only (hosts.py)
-
-__all__ = [
+__all__ = [  # the shared rules and precision mixin too, importable here as before
+    "FSDP_PRECISIONS",
     "HPUFSDPPrecision",
     "HPUFSDPPrecisionMixin",
     "HPUFSDPStrategy",
@@ -49,79 +44,6 @@ __all__ = [
     "fsdp_issues",
     "validate_fsdp_precision",
 ]
-
-FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
-
-
-# -- the rules of an FSDP configuration: written once, raised by the strategy and its precision, shown by the widget --
-def fsdp_issues(*, backend: DeviceBackend | None = None, precision: str | int | None = None) -> list[Issue]:
-    """What is wrong with FSDP here: `backend`'s execution mode (FSDP runs in eager mode only), `precision` (one of
-    FSDP_PRECISIONS: no fp8). Each issue names "strategy" or "precision"."""
-    issues: list[Issue] = []
-    if backend is not None and backend.is_lazy():
-        # says plainly which Gaudi this is: the rule is the same on both
-        where = "the emulated Gaudi follows Gaudi's rule" if backend.is_emulated else "this Gaudi is in lazy mode"
-        issues.append(Issue("strategy", (
-            f"HPUFSDPStrategy runs in eager mode only, and {where}: set PT_HPU_LAZY_MODE=0 in the environment before"
-            " Python starts (e.g. `PT_HPU_LAZY_MODE=0 python train.py`, or in the notebook kernel's environment, then"
-            " restart the kernel).")))
-    if precision is not None and unify_precision(precision) not in FSDP_PRECISIONS:
-        fp8 = ("fp8 is not available with the fsdp strategy here; use single, parallel / DDP or DeepSpeed. "
-               if str(precision).startswith("fp8") else "")
-        issues.append(Issue("precision", f"{fp8}HPUFSDPPrecision(precision={precision!r}): choose one of"
-                                         f" {', '.join(FSDP_PRECISIONS)}."))
-    return issues
-
-
-def check_eager_mode() -> None:
-    """FSDP on Gaudi needs eager mode; lazy mode is the default, so say how to switch."""
-    for issue in fsdp_issues(backend=get_backend()):
-        raise MisconfigurationException(issue.message)
-
-
-def validate_fsdp_precision(precision: str | int) -> str:
-    """Lightning's unified name of an FSDP precision on HPU; fp16 needs Gaudi2 or newer (Trainer and Fabric)."""
-    for issue in fsdp_issues(precision=precision):
-        raise ValueError(issue.message)
-    unified = unify_precision(precision)
-    assert unified is not None
-    for issue in generation_issues(unified, get_backend()):
-        raise ValueError(issue.message)
-    return unified
-
-
-class HPUFSDPPrecisionMixin(FSDPPrecisionHost):
-    """What FSDP precision means on HPU, for the Trainer's plugin and Fabric's (each also a Lightning FSDPPrecision).
-
-    FSDP's MixedPrecision as lightning-habana had it: "-mixed" keeps the parameters in float32 (autocast computes in
-    the lower dtype) and reduces / keeps buffers in the lower dtype; "-true" casts all. Forward runs under autocast on
-    "hpu" for the "-mixed" precisions; the others need nothing (the parameters carry the dtype).
-    """
-
-    scaler: Any
-
-    def _init_fsdp_precision(self, precision: str | int, scaler: Any) -> None:
-        """Lightning's FSDPPrecision set-up, with the loss scaler of "16-mixed" on "hpu" (an HPUShardedGradScaler):
-        Lightning's own is CUDA's (disabled here, with a warning) and a scaler given to it is dropped, so it is set
-        after."""
-        unified = validate_fsdp_precision(precision)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*CUDA is not available", category=UserWarning)
-            super().__init__(unified)
-        self.scaler = loss_scaler(unified, scaler, sharded=True)
-
-    @property
-    @override
-    def mixed_precision_config(self) -> MixedPrecision:
-        lower = precision_dtype(self.precision)
-        param_dtype = torch.float32 if self.precision.endswith("-mixed") else lower
-        return MixedPrecision(param_dtype=param_dtype, reduce_dtype=lower, buffer_dtype=lower)
-
-    @override
-    def forward_context(self) -> AbstractContextManager[None]:
-        if autocast_dtype(self.precision) is not None:  # "-mixed": autocast on "hpu", as HPUPrecision's
-            return autocast_context(self.precision)
-        return nullcontext()
 
 
 class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
@@ -131,7 +53,7 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
         self._init_fsdp_precision(precision, scaler)
 
 
-class HPUFSDPStrategy(HPUParallelMixin, HPUStepsMixin, FSDPStrategy):
+class HPUFSDPStrategy(HPUTrainerParallelMixin, FSDPStrategy):
     """Fully Sharded Data Parallel on HPU (eager mode), `state_dict_type="full"` or `"sharded"` checkpoints.
 
     Takes Lightning's FSDPStrategy arguments (sharding_strategy, auto_wrap_policy, activation_checkpointing_policy,

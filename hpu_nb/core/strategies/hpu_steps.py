@@ -1,5 +1,6 @@
-"""What every HPU strategy adds to its Lightning base: mark_step where lazy mode needs it, HPUCheckpointIO by default,
-and fp8 measurements written at the end of predict / test while the model is still on the device.
+"""What every HPU strategy of the Trainer adds to its Lightning base: mark_step where lazy mode needs it, the HPU guards
+(an HPU accelerator, HPUCheckpointIO by default: hpu_nb.core.strategy_parts.guards, shared with Fabric), and fp8
+measurements written at the end of predict / test while the model is still on the device.
 
 Written once as a mixin so the single-device, DDP, DeepSpeed and FSDP strategies do not each carry a copy
 (lightning-habana duplicated this in every strategy). Device memory needs nothing here: the device counts it.
@@ -10,60 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.plugins.io.checkpoint_plugin import CheckpointIO
-from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
 from typing_extensions import override
 
-from hpu_nb.core.accelerator import HPUAccelerator, NotAnHPUError
-from hpu_nb.core.checkpoint_io import HPUCheckpointIO
 from hpu_nb.core.fp8.plugin import finish_run_measurements
+from hpu_nb.core.strategy_parts.guards import HPUAcceleratorOnly, HPUCheckpointIODefault
 from hpu_nb.runtime import get_backend
 
 if TYPE_CHECKING:
-    from hpu_nb.core.strategies.hosts import StrategyHost
+    from lightning.pytorch.strategies.strategy import Strategy as StrategyHost
 else:
-    StrategyHost = object  # a base for the type checker only (hosts.py)
+    StrategyHost = object  # a base for the type checker only: the Lightning (Trainer) Strategy it is mixed into
 
-
-class HPUAcceleratorOnly:
-    """An HPU strategy refuses any other accelerator (Trainer and Fabric alike), when the connector hands it one."""
-
-    _accelerator: Any
-
-    @property
-    @override
-    def accelerator(self) -> Any:
-        return self._accelerator
-
-    @accelerator.setter
-    @override
-    def accelerator(self, accelerator: Any) -> None:
-        if accelerator is not None and not isinstance(accelerator, HPUAccelerator):
-            raise NotAnHPUError(
-                f"{type(self).__name__} requires HPUAccelerator, got {type(accelerator).__name__}: use"
-                " accelerator='hpu' (or HPUAccelerator()), or a strategy made for that accelerator."
-            )
-        self._accelerator = accelerator
-
-
-class HPUCheckpointIODefault:
-    """Checkpoint IO defaults to HPUCheckpointIO: for Trainer and Fabric strategies alike (one class serves both)."""
-
-    _checkpoint_io: CheckpointIO | None
-
-    @property
-    @override
-    def checkpoint_io(self) -> CheckpointIO:
-        if self._checkpoint_io is None:
-            self._checkpoint_io = HPUCheckpointIO()
-        elif isinstance(self._checkpoint_io, _WrappingCheckpointIO) and self._checkpoint_io.checkpoint_io is None:
-            self._checkpoint_io.checkpoint_io = HPUCheckpointIO()
-        return self._checkpoint_io
-
-    @checkpoint_io.setter
-    @override
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
+__all__ = ["HPUAcceleratorOnly", "HPUCheckpointIODefault", "HPUStepsMixin"]  # the guards: hpu_nb.core.strategy_parts
 
 
 class HPUStepsMixin(HPUAcceleratorOnly, HPUCheckpointIODefault, StrategyHost):

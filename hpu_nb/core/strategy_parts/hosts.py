@@ -1,12 +1,12 @@
-"""What the HPU mixins' host classes provide, declared for the type checker: Lightning's strategies and launchers.
+"""What the shared HPU mixins' hosts provide, declared for the type checker: Lightning's strategies and launchers.
 
-A mixin here (`HPUStepsMixin`, `HPUParallelMixin`, the launcher mixins) extends methods of the Lightning class it is
-mixed into, and one mixin serves two class trees: the Trainer's (`lightning.pytorch`) and Fabric's
-(`lightning.fabric`). It cannot name either as its base, so each mixin takes one of these classes as its base while
-type checking only:
+A mixin of this package (`HPUParallelMixin`, the launcher mixins, `HPUFSDPPrecisionMixin`) extends methods of the
+Lightning class it is mixed into, and serves two class trees: the Trainer's (`lightning.pytorch`) and Fabric's
+(`lightning.fabric`). It cannot name either as its base, so it takes one of these classes as its base while type
+checking only (a mixin of one flavour names that flavour's real Lightning class instead):
 
     if TYPE_CHECKING:
-        from hpu_nb.core.strategies.hosts import ParallelStrategyHost
+        from hpu_nb.core.strategy_parts.hosts import ParallelStrategyHost
     else:
         ParallelStrategyHost = object
 
@@ -39,30 +39,11 @@ class LauncherHost:
     def _call_children_scripts(self) -> None: ...  # the script launchers'
 
 
-class StrategyHost:
-    """Lightning's (Trainer) `Strategy`, what `HPUStepsMixin` extends: lazy mode's mark_step after backward, the
-    optimizer step and each evaluation step; fp8 measurements at the end of predict / test."""
-
-    def post_backward(self, closure_loss: torch.Tensor) -> None: ...
-
-    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any: ...
-
-    def on_predict_end(self) -> None: ...
-
-    def on_test_end(self) -> None: ...
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
-
 class ParallelStrategyHost:
     """Lightning's DDP, DeepSpeed and FSDP strategies, the Trainer's and Fabric's, what `HPUParallelMixin` extends.
 
-    Methods only one tree has (the Trainer's `reduce` and steps, Fabric's `all_reduce`) are declared for both: the
-    mixin overrides them all, and a tree that lacks one never calls it.
+    Methods only one tree has (the Trainer's `reduce`, Fabric's `all_reduce`) are declared for both: the mixin
+    overrides both, and a tree that lacks one never calls it.
     """
 
     cluster_environment: ClusterEnvironment | None
@@ -100,14 +81,6 @@ class ParallelStrategyHost:
 
     def teardown(self) -> None: ...
 
-    def training_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any: ...
-
     def backward(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> Any: ...
@@ -133,7 +106,7 @@ class ParallelStrategyHost:
 
 class FSDPPrecisionHost:
     """Lightning's two FSDPPrecision classes, the Trainer's and Fabric's (they share no base but Fabric's Precision),
-    what `HPUFSDPPrecisionMixin` (strategies/fsdp.py) extends."""
+    what `HPUFSDPPrecisionMixin` (fsdp.py) extends."""
 
     precision: Any  # Lightning's precision names (a Literal of its own): the HPU plugins hold one of them
     scaler: ShardedGradScaler | None
