@@ -1,7 +1,7 @@
 """Issue: one finding of a configuration rule, named by the field it concerns.
 
 Each configuration rule is written once, as a validator returning issues, next to the piece that owns it
-(`deepspeed_issues` in strategies/deepspeed.py, `fsdp_issues` in strategies/fsdp.py, `precision_issues` in
+(`deepspeed_issues` in strategies/deepspeed_config.py, `fsdp_issues` in strategy_parts/fsdp.py, `precision_issues` in
 precision_rules.py). The strategy and plugin constructors raise or warn with an issue's message; the config widget's
 model (hpu_nb.notebook.trainer_config) shows the same issues next to its controls, and keeps no rule of its own.
 """

@@ -3,7 +3,7 @@
 Written once, as validators returning issues (hpu_nb.core.issues): the plugins raise with their messages, the config
 widget shows them. The generation facts themselves (fp16 / fp8 from Gaudi2 on) live in hpu_nb.runtime.generations; a
 strategy's own precision rules live with it (fp8 not with FSDP: strategy_parts/fsdp.py; fp8 inference not on ZeRO-3:
-strategies/deepspeed.py).
+strategies/deepspeed_config.py).
 """
 
 from __future__ import annotations
