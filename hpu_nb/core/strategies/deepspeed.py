@@ -7,7 +7,7 @@ Lightning's DeepSpeedStrategy does the ZeRO work; this subclass drops its "CUDA 
 side, validates configurations up front, and lets the LightningModule's optimizer win over the config's.
 DeepSpeed is optional (`pip install 'hpu_nb[deepspeed]'`) and only imported when a strategy is created.
 Its other jobs have a module each: the configuration rules (deepspeed_config.py), the precision plugin
-(deepspeed_precision.py), DeepSpeed's inference engine (deepspeed_inference.py), the fork launcher (launchers.py).
+(deepspeed_precision.py), DeepSpeed's inference engine (deepspeed_inference.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from hpu_nb.core.strategies.deepspeed_precision import (
     HPUDeepSpeedPrecisionPlugin,
     engine_precision_of,
 )
-from hpu_nb.core.strategies.launchers import DeepSpeedMultiProcessingLauncher
+from hpu_nb.core.strategies.launchers import HPUMultiProcessingLauncher
 from hpu_nb.core.strategies.parallel import HPUTrainerParallelMixin
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
@@ -239,7 +239,7 @@ class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedInferenceMixin, Dee
     @override
     def _process_launcher(self, start_method: Any) -> Any:
         """Fork / spawn: the launcher that sends the launching process whole ZeRO-3 weights."""
-        return DeepSpeedMultiProcessingLauncher(self, start_method=start_method)
+        return _DeepSpeedMultiProcessingLauncher(self, start_method=start_method)
 
     def _module_has_scheduler(self) -> bool:
         assert self.lightning_module is not None
@@ -264,3 +264,30 @@ class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedInferenceMixin, Dee
         )
         for name, description, init_kwargs in entries:
             strategy_registry.register(name, cls, description=description, override=True, **init_kwargs)
+
+
+class _DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
+    """The fork / spawn launcher for DeepSpeed: under ZeRO-3 rank 0 hands the launching process (a notebook's kernel)
+    the whole weights.
+
+    ZeRO-3 partitions every parameter above `stage3_param_persistence_threshold` (and any a GatheredParameters block
+    gave back): rank 0's `state_dict()` then holds empty tensors, which the notebook's model refuses (size mismatch).
+    Here every rank joins the parameters' gather and rank 0 sends the gathered copy, as the FSDP launcher does.
+    """
+
+    _strategy: HPUDeepSpeedStrategy
+
+    @override
+    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:
+        if not self._strategy.zero_stage_3:
+            return super()._collect_rank_zero_results(trainer, results)
+        import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
+
+        module = trainer.lightning_module
+        with deepspeed.zero.GatheredParameters(list(module.parameters())):
+            full = {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
+        module.state_dict = lambda *args, **kwargs: full  # what Lightning's launcher saves for the launching process
+        try:
+            return super()._collect_rank_zero_results(trainer, results)
+        finally:
+            del module.state_dict

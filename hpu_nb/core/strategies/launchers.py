@@ -18,7 +18,7 @@ from typing_extensions import override
 from hpu_nb.core.strategies import interrupts
 from hpu_nb.core.strategy_parts.launchers import ScriptLivenessMixin, WorkerLivenessMixin
 
-__all__ = ["DeepSpeedMultiProcessingLauncher", "HPUMultiProcessingLauncher", "HPUSubprocessScriptLauncher"]
+__all__ = ["HPUMultiProcessingLauncher", "HPUSubprocessScriptLauncher"]
 
 
 class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
@@ -78,30 +78,3 @@ def _callbacks_following_workers(trainer: Any) -> Iterator[None]:
 
 class HPUSubprocessScriptLauncher(ScriptLivenessMixin, _SubprocessScriptLauncher):
     """Lightning's script launcher for the Trainer, with hpu_nb's liveness (ScriptLivenessMixin)."""
-
-
-class DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
-    """The fork / spawn launcher for DeepSpeed: under ZeRO-3 rank 0 hands the launching process (a notebook's kernel)
-    the whole weights.
-
-    ZeRO-3 partitions every parameter above `stage3_param_persistence_threshold` (and any a GatheredParameters block
-    gave back): rank 0's `state_dict()` then holds empty tensors, which the notebook's model refuses (size mismatch).
-    Here every rank joins the parameters' gather and rank 0 sends the gathered copy, as the FSDP launcher does.
-    """
-
-    _strategy: Any  # an HPUDeepSpeedStrategy
-
-    @override
-    def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:
-        if not self._strategy.zero_stage_3:
-            return super()._collect_rank_zero_results(trainer, results)
-        import deepspeed  # noqa: PLC0415 -- lazy: deepspeed is optional
-
-        module = trainer.lightning_module
-        with deepspeed.zero.GatheredParameters(list(module.parameters())):
-            full = {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
-        module.state_dict = lambda *args, **kwargs: full  # what Lightning's launcher saves for the launching process
-        try:
-            return super()._collect_rank_zero_results(trainer, results)
-        finally:
-            del module.state_dict
