@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # torch's CPU build, by name: `.ci/cpu_torch.py` takes torch==$(TORCH_VERSION)+cpu from PyTorch's CPU wheel index
 # (TORCH_CPU_INDEX), or, where that index is unreachable, torch==$(TORCH_VERSION) from pip's configured index after a
-# dry run shows no CUDA package in the plan (tests/test_packaging.py runs the same check on the whole set-up).
+# dry run shows no CUDA package in the plan (tests/runtime/test_packaging.py runs the same check on the whole set-up).
 TORCH_VERSION := 2.13.0
 export TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
@@ -17,7 +17,7 @@ OPTIMUM_VENV := .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 export HPU_NB_OPTIMUM_PYTHON := $(CURDIR)/$(OPTIMUM_VENV)/bin/python
 # transformers 5 / accelerate as Gaudi users have them now (no optimum-habana, which pins transformers 4.55): a second
-# layer over $(VENV), for tests/test_transformers_on_hpu.py.
+# layer over $(VENV), for tests/third_party/test_transformers_on_hpu.py.
 TRANSFORMERS_VENV := .venv-transformers
 TRANSFORMERS_STAMP := $(TRANSFORMERS_VENV)/.installed
 export HPU_NB_TRANSFORMERS_PYTHON := $(CURDIR)/$(TRANSFORMERS_VENV)/bin/python
@@ -121,7 +121,7 @@ lint: setup
 	$(VENV)/bin/lint-imports  # the import contracts in .importlinter (which layer may import which)
 	$(PY) -m mypy  # [tool.mypy] in pyproject.toml: strict on hpu_nb/core and hpu_nb/runtime
 
-# The developer's loop: no browser, nothing slow (marked in its file, or listed in tests/suite_marks.py: processes
+# The developer's loop: no browser, nothing slow (listed in tests/suite_marks.py: processes
 # started, compiles; more than ~5 s each). `make test` runs those too.
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not browser and not slow" --durations=10 $(XDIST)
@@ -129,7 +129,7 @@ test-fast: setup
 # The emulated Gaudi on the torch builds users have, besides the pinned CPU build: a CUDA build (pip's torch==2.14.1,
 # from this machine's disk where it lies there) and PyPI's newest torch, each in its own environment cached in
 # ~/.cache/hpu_nb/torch-builds, with hpu_nb installed non-editable from this checkout; the fast suite and
-# tests/test_torch_builds.py run in each (.ci/torch_builds.py). `make test-torch-builds TORCH_BUILDS="2.9.1"` for others.
+# tests/runtime/test_torch_builds.py run in each (.ci/torch_builds.py). `make test-torch-builds TORCH_BUILDS="2.9.1"` for others.
 # Python 3.12 (Intel's Ubuntu 24.04 images): PyPI's newest torch again under it, where a python3.12 is on the PATH.
 TORCH_BUILDS ?= 2.14.1 latest
 # The first python3.12 that runs: on the PATH, else pyenv's (whose shim answers only for its selected versions).

@@ -29,7 +29,7 @@ class BuildPyWithPth(build_py):
 
 class EditableWheelWithPth(editable_wheel):
     """`pip install -e .` builds a wheel of links, not of build_py's files: put the `.pth` in it too. The hook is the
-    step that fills the wheel's root folder (setuptools 69-84); tests/test_import.py fails if it stops running."""
+    step that fills the wheel's root folder (setuptools 69-84); tests/core/test_import.py fails if it stops running."""
 
     def _install_namespaces(self, installation_dir, pth_prefix):
         super()._install_namespaces(installation_dir, pth_prefix)

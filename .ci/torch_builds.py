@@ -5,8 +5,8 @@
 For each SPEC: an environment with that torch as pip gives it on Linux (a CUDA build, as a user's plain
 `pip install torch` does), hpu_nb installed into it *non-editable* from a wheel of this checkout (with the dev and
 deepspeed extras), the emulated device built for that torch; then, from the checkout, the fast suite (`-m "not browser
-and not slow"`) and tests/test_torch_builds.py (one card, bf16, torch.compile, two cards over HCCL, a notebook cell,
-Lightning's plain Trainer unchanged). One summary line per torch at the end; exit 1 if any failed.
+and not slow"`) and tests/runtime/test_torch_builds.py (one card, bf16, torch.compile, two cards over HCCL, a notebook
+cell, Lightning's plain Trainer unchanged). One summary line per torch at the end; exit 1 if any failed.
 
 Environments are cached between runs in $HPU_NB_TORCH_BUILDS_DIR (default ~/.cache/hpu_nb/torch-builds), one per
 SPEC and Python: torch and its CUDA libraries (several GB) are installed once; "latest" is re-checked against PyPI on
@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
             started = time.monotonic()
             target = environment_for(spec)
             version = install_hpu_nb(target, wheel)
-            say(f"torch {version} ({spec}) in {target}: running the fast suite and tests/test_torch_builds.py")
+            say(f"torch {version} ({spec}) in {target}: running the fast suite and tests/runtime/test_torch_builds.py")
             code = test(target, pytest_args)
             results.append((spec, version, code, time.monotonic() - started))
     for spec, version, code, seconds in results:

@@ -7,8 +7,8 @@ import os
 import pytest
 
 import hpu_nb.runtime as runtime
-from tests.cpu_info_once import ask_cpu_info_once
-from tests.notebook_runs import record_nbmake_runs
+from tests.helpers.cpu_info_once import ask_cpu_info_once
+from tests.helpers.notebook_runs import record_nbmake_runs
 from tests.suite_marks import MeasuredSlow
 from tests.work_units import make_scheduler, start_order
 
@@ -98,7 +98,7 @@ from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, n
 
 def pytest_configure(config: pytest.Config) -> None:
     """The tests measured at more than ~5 s are slow too (tests/suite_marks.py): `make test-fast` leaves them out.
-    Under --nbmake the tutorial tests read the notebooks nbmake executed (tests/notebook_runs.py)."""
+    Under --nbmake the tutorial tests read the notebooks nbmake executed (tests/helpers/notebook_runs.py)."""
     config.pluginmanager.register(MeasuredSlow(), "hpu_nb-measured-slow")
     if config.getoption("nbmake", default=False):
         record_nbmake_runs()

@@ -1,4 +1,4 @@
-"""The suite's own pytest plumbing leans on two plugins' internals: tests/notebook_runs.py replaces nbmake's
+"""The suite's own pytest plumbing leans on two plugins' internals: tests/helpers/notebook_runs.py replaces nbmake's
 `NotebookRun` to keep each notebook nbmake executed for the tutorial tests, and tests/work_units.py subclasses
 pytest-xdist's LoadScopeScheduling with its own `_split_scope`. Tripwires on both, and the behaviour itself."""
 
@@ -13,7 +13,7 @@ from nbmake import pytest_items
 from nbmake.nb_result import NotebookResult
 from xdist.scheduler import LoadScopeScheduling
 
-from tests import notebook_runs
+from tests.helpers import notebook_runs
 from tests.work_units import LONGEST_FIRST, work_unit
 
 
@@ -49,11 +49,11 @@ def test_xdist_scope_scheduling_still_asks_split_scope_and_honours_the_reorder_s
 
 
 def test_work_units_are_modules_except_the_browser_and_the_tutorials() -> None:
-    assert work_unit("tests/test_fabric.py::test_a[x::y]") == "tests/test_fabric.py"
+    assert work_unit("tests/core/test_fabric.py::test_a[x::y]") == "tests/core/test_fabric.py"
     assert work_unit("tests/fake_habana/test_conformance.py::test_b") == "tests/fake_habana/test_conformance.py"
     assert work_unit("tests/browser/test_notebook_browser.py::test_c") == work_unit(
         "tests/browser/test_trace_viewer_browser.py::test_d") == "browser"
     assert work_unit("notebooks/02_mixed_precision.ipynb::02_mixed_precision.ipynb") == work_unit(
-        "tests/test_tutorials.py::test_e") == "tutorials"
+        "tests/notebook/test_tutorials.py::test_e") == "tutorials"
     root = Path(__file__).resolve().parents[1]
     assert all(unit in ("browser", "tutorials") or (root / unit).is_file() for unit in LONGEST_FIRST)  # none stale

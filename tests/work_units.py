@@ -3,8 +3,8 @@
 - One unit per test module: its tests run on one worker, in order, so a module fixture (processes a module starts
   at once, a notebook executed once) runs once.
 - One unit for the browser tests: one JupyterLab server and one Chromium at a time.
-- One unit for the tutorials: nbmake's runs of notebooks/, then tests/test_tutorials.py, which reads what those runs
-  executed (tests/notebook_runs.py).
+- One unit for the tutorials: nbmake's runs of notebooks/, then tests/notebook/test_tutorials.py, which reads what
+those runs executed (tests/helpers/notebook_runs.py).
 
 pytest-xdist's `--dist loadgroup` would do this from `xdist_group` marks, but it applies them by rewriting
 `item._nodeid`, which pytest 9.2 no longer reads for `item.nodeid`: the marks were silently ignored and every test
@@ -22,14 +22,14 @@ from typing import Any
 
 LONGEST_FIRST = (  # measured: fresh clone, 2 workers (seconds of the unit's tests)
     "browser",  # ~300 s
-    "tests/test_config_widget.py",  # ~250 s: every generated Trainer configuration trains
-    "tests/test_liveness_fabric_deepspeed.py",  # ~250 s: stuck and killed ranks, collective timeouts
+    "tests/notebook/test_config_widget.py",  # ~250 s: every generated Trainer configuration trains
+    "tests/core/test_liveness_fabric_deepspeed.py",  # ~250 s: stuck and killed ranks, collective timeouts
     "tutorials",  # ~170 s: seven notebook kernels
     "tests/fake_habana/test_conformance.py",  # ~120 s: fresh interpreters on the fake Gaudi releases
-    "tests/test_transformers_on_hpu.py",  # ~80 s alone: fresh interpreters importing transformers, 2 ranks
-    "tests/test_parallel_liveness.py",  # ~110 s
-    "tests/test_plugin_behaviours_deepspeed.py",  # ~100 s
-    "tests/test_packaging.py",  # ~90 s: a wheel installed into a fresh venv
+    "tests/third_party/test_transformers_on_hpu.py",  # ~80 s alone: fresh interpreters importing transformers, 2 ranks
+    "tests/core/test_parallel_liveness.py",  # ~110 s
+    "tests/core/test_plugin_behaviours_deepspeed.py",  # ~100 s
+    "tests/runtime/test_packaging.py",  # ~90 s: a wheel installed into a fresh venv
 )
 
 
@@ -37,7 +37,7 @@ def work_unit(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     if path.startswith("tests/browser/"):
         return "browser"
-    if path.startswith("notebooks/") or path == "tests/test_tutorials.py":
+    if path.startswith("notebooks/") or path == "tests/notebook/test_tutorials.py":
         return "tutorials"
     return path
 

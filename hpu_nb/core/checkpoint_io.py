@@ -125,7 +125,7 @@ def _unreadable_reason(fs: Any, path: _PATH, err: BaseException) -> str | None:
 
 def _is_url(path: _PATH) -> bool:
     """What Lightning's `_load` sends to torch.hub with weights_only=False by default (its own test, kept in step by
-    tests/test_lightning_tripwire.py)."""
+    tests/core/test_lightning_tripwire.py)."""
     return isinstance(path, (str, os.PathLike)) and str(path).startswith("http")
 
 

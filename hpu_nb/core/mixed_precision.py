@@ -8,9 +8,10 @@ float16's range is the format's, not the device's: a gradient below 2**-24 (6e-8
 on any device. Measured on the emulated Gaudi2 (a nearly fitted 64-wide MLP, fp16 autocast, loss gradients ~5e-8):
 without scaling 6-13% of the weight gradients are exactly zero and the first layer's are 87-100% wrong against
 float32; with the scaler (HPUGradScaler, 2**16) none is zero and all are within 5.4e-4 (relative error; the same
-numbers as torch.amp.GradScaler's, bit for bit: tests/test_precision_lightning_way.py, tests/test_hpu_grad_scaler.py).
-Habana's GPU-migration layer turns torch.cuda.amp.GradScaler off only because it runs CUDA's fp16 code in bfloat16,
-whose range is float32's; lightning-habana's "16-mixed" ran float16 autocast with no scaler at all.
+numbers as torch.amp.GradScaler's, bit for bit: tests/core/test_precision_lightning_way.py,
+tests/emulator/test_hpu_grad_scaler.py). Habana's GPU-migration layer turns torch.cuda.amp.GradScaler off only because
+it runs CUDA's fp16 code in bfloat16, whose range is float32's; lightning-habana's "16-mixed" ran float16 autocast with
+no scaler at all.
 
 The scaler is `HPUGradScaler` (FSDP: `HPUShardedGradScaler`), not torch.amp.GradScaler: torch's unscales and updates
 the scale with `aten::_amp_foreach_non_finite_check_and_unscale_` and `aten::_amp_update_scale_`, which Habana's

@@ -14,7 +14,7 @@ first. Rewriting on import keeps one owner per class: the standalone flavour is 
 hpu_nb/core (same lines, so tracebacks and `inspect.getsource` point at the real file), built only when a standalone
 package is used. The cost is that the rewrite is textual: anything in hpu_nb/core that names Lightning in a form the
 rules below miss would load the other flavour (`import lightning as L`, `from lightning import ...`, a module name
-assembled from pieces). tests/test_flavours.py reads every translated module and fails on such a name, and checks
+assembled from pieces). tests/core/test_flavours.py reads every translated module and fails on such a name, and checks
 that the shared modules core imports (runtime, traces, emulator) load no Lightning of either flavour. Besides
 hpu_nb/core, the notebook layer's Lightning Callback (MemoryMonitor) is translated the same way (TRANSLATED_MODULES).
 Compiled translations are cached in hpu_nb's cache directory, as Python caches bytecode, so the ranks of a job and

@@ -23,7 +23,7 @@ TARGETS = {
 }
 # The last module each package's __init__ imports: when torch's autoload brings hpu_nb in while the package is still
 # executing (`import pytorch_lightning` imports torch first), registration waits for this one.
-# tests/test_lightning_tripwire.py fails if a Lightning release moves it.
+# tests/core/test_lightning_tripwire.py fails if a Lightning release moves it.
 LAST_IMPORT = {name: f"{name}._graveyard" for name in TARGETS}
 
 

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import JupyterLab, LabPage
-from tests.test_output_noise import EXPECTED
+from tests.core.test_output_noise import EXPECTED
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 NOTEBOOK = "multicard.ipynb"
 
@@ -130,7 +130,7 @@ STRATEGY_CELLS = {name: 1 + i for i, name in enumerate([*STRATEGIES, "fabric"])}
 MONITOR_CELL = len(CELLS) - 2
 
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
-# Lightning's and hpu_nb's lines of a fit (tests/test_output_noise.py), and Lightning's line for the user's own
+# Lightning's and hpu_nb's lines of a fit (tests/core/test_output_noise.py), and Lightning's line for the user's own
 # fabric.seed_everything(3) in each worker
 EXPECTED_STDERR = (*EXPECTED, r"\[rank: \d\] Seed set to 3")
 

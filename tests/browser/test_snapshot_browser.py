@@ -14,13 +14,13 @@ import urllib.request
 import nbformat
 from nbformat.sign import NotebookNotary
 
-from tests.test_trace_viewer import synthetic_events
+from tests.traces.test_trace_viewer import synthetic_events
 
 CELLS = [
     """%load_ext hpu_nb
 import warnings; warnings.filterwarnings("ignore")
 import lightning as L, hpu_nb
-from tests.models import LinearModel, regression_data
+from tests.helpers.models import LinearModel, regression_data
 monitor = hpu_nb.MemoryMonitor(update_interval=0.1)
 trainer = L.Trainer(accelerator="hpu", max_epochs=2, callbacks=[monitor], logger=False, enable_checkpointing=False,
                     enable_model_summary=False)

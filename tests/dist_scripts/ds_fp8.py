@@ -1,5 +1,5 @@
-"""fp8 with HPUDeepSpeedStrategy on one emulated Gaudi2; run by tests/test_deepspeed_fp8.py as a subprocess (DeepSpeed
-initialises torch.distributed, which must not leak into the test process).
+"""fp8 with HPUDeepSpeedStrategy on one emulated Gaudi2; run by tests/core/test_deepspeed_fp8.py as a subprocess
+(DeepSpeed initialises torch.distributed, which must not leak into the test process).
 
 Usage: python ds_fp8.py train STAGE       bf16 then fp8 fits of the same model, data and seed; prints a JSON report
        python ds_fp8.py measure DIR       saves weights and fp32 outputs, measures while predicting through DeepSpeed
@@ -21,8 +21,8 @@ from hpu_nb import HPUDeepSpeedPrecisionPlugin, HPUDeepSpeedStrategy
 from hpu_nb.core.fp8 import DelayedScaling
 from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
 from hpu_nb.emulator.fp8.training import Fp8Linear
-from tests.models import quiet_trainer_kwargs
-from tests.test_deepspeed_fp8 import EPOCHS, MLP, make_regressor, predict_data, train_data
+from tests.core.test_deepspeed_fp8 import EPOCHS, MLP, make_regressor, predict_data, train_data
+from tests.helpers.models import quiet_trainer_kwargs
 
 
 def fit(stage: int, precision: str) -> dict:

@@ -1,4 +1,4 @@
-"""Predict through DeepSpeed's inference engine with HPUDeepSpeedStrategy; run by tests/test_plugin_behaviours.py.
+"""Predict through DeepSpeed's inference engine with HPUDeepSpeedStrategy; run by tests/core/test_plugin_behaviours.py.
 
 Usage: python ds_inference.py kwargs|config   (init_inference arguments given to the strategy, or in its config)
 """

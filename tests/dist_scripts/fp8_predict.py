@@ -1,4 +1,4 @@
-"""fp8 inference on 2 cards with Lightning's script launcher; run by tests/test_fp8_inference.py as a subprocess.
+"""fp8 inference on 2 cards with Lightning's script launcher; run by tests/core/test_fp8_inference.py as a subprocess.
 
 Usage: python fp8_predict.py measure|quantize DIR. `measure` saves the weights and measures while predicting;
 `quantize` (a new run) quantizes from those measurements and writes DIR/quantized<rank>.json per rank.
@@ -17,7 +17,7 @@ import torch
 import hpu_nb  # noqa: F401
 from hpu_nb import HPUPrecisionPlugin
 from hpu_nb.emulator.fp8.engine import Fp8QuantLinear
-from tests.test_fp8_inference import data, make_model
+from tests.core.test_fp8_inference import data, make_model
 
 
 def main() -> int:

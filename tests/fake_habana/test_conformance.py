@@ -2,7 +2,7 @@
 
 Each test checks the fake's behaviour (side effects included) as Habana's published source has it, so tests of hpu_nb
 against the fake fail where the real Gaudi would. The rows on HPU graphs and dynamic shapes belong to the work that
-adds those APIs; the `hl-smi` parsing rows are covered in depth by tests/test_hlsmi.py.
+adds those APIs; the `hl-smi` parsing rows are covered in depth by tests/runtime/test_hlsmi.py.
 """
 
 from __future__ import annotations
@@ -409,9 +409,9 @@ def test_uninstall_puts_back_torch_and_the_emulated_surface():
         assert json.dumps(torch.hpu.memory_stats())  # still usable
 
 
-# -- fp8 inference: Intel Neural Compressor (tests/fake_neural_compressor.py) -----------------------------------------
+# -- fp8 inference: Intel Neural Compressor (tests/helpers/fake_neural_compressor.py) ----------------------------------
 def test_fp8_inference_inc_config_defaults_and_rank_named_measurement_files(tmp_path, monkeypatch):
-    from tests.fake_neural_compressor import install_fake_inc
+    from tests.helpers.fake_neural_compressor import install_fake_inc
 
     with install_fake_inc():
         from neural_compressor.torch.quantization import FP8Config, convert, finalize_calibration, prepare

@@ -146,7 +146,7 @@ class ScriptLivenessMixin(LauncherHost):
 
     `launch` is Lightning's (validate, start the other ranks, set the thread count, run), with hpu_nb's watch in place
     of Lightning's child-process observer, which SIGKILLs every process, rank 0 included, before it can say which rank
-    did not answer (tests/test_parallel_liveness.py checks Lightning's launch is still the one this replaces).
+    did not answer (tests/core/test_parallel_liveness.py checks Lightning's launch is still the one this replaces).
     """
 
     cluster_environment: Any

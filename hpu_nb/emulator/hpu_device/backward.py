@@ -8,7 +8,8 @@ backward runs with autograd multithreading off (a per-thread setting), which sen
 thread's CPU queue.
 
 The engine is reached through ``Variable._execution_engine`` (torch/autograd/graph.py ``_engine_run_backward``,
-for ``backward()`` and ``torch.autograd.grad``); ``tests/test_hpu_device.py`` fails if torch stops calling it there.
+for ``backward()`` and ``torch.autograd.grad``); ``tests/emulator/test_hpu_device.py`` fails if torch stops calling it
+there.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A stand-in for torchvision, used only by tests/test_third_party_gaudi_code.py's subprocesses. NOT torchvision.
+"""A stand-in for torchvision, used only by tests/third_party/test_third_party_gaudi_code.py's subprocesses. NOT
+torchvision.
 
 Why it exists: optimum-habana 1.21.2's `adapt_transformers_to_gaudi()` (which `GaudiTrainingArguments(use_habana=True)`
 calls) imports every model it patches, and one of them (GLM-4V's tokenizer) does `from torchvision import transforms`

@@ -1,0 +1,1 @@
+"""What the tests share: models, environments, notebook runs, stand-ins."""
