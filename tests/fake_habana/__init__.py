@@ -220,10 +220,17 @@ def block_habana() -> Iterator[None]:
 
 def _take_modules() -> dict[str, Any]:
     """Remove (and return) every habana_frameworks / intel_transformer_engine module, and the fake pyhlml."""
+    import inspect
+
     taken = {}
     for name in list(sys.modules):
         if any(name == p or name.startswith(p + ".") for p in _FAKE_PACKAGES):
             taken[name] = sys.modules.pop(name)
+            # inspect.getmodule (which torch calls when it registers a custom op's fake kernel) caches each module
+            # name's __file__; a namespace package under a name that had a file (the fake's habana_frameworks after
+            # the emulated one) then fails `getfile` with "is a built-in module". Only a process that swaps the two
+            # packages, as these tests do, meets it.
+            inspect._filesbymodname.pop(name, None)  # type: ignore[attr-defined]
     module = sys.modules.get("pyhlml")
     if module is not None and str(getattr(module, "__file__", "")).startswith(PYHLML_SITE):
         del sys.modules["pyhlml"]

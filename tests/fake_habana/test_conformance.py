@@ -431,3 +431,19 @@ def test_fp8_inference_inc_config_defaults_and_rank_named_measurement_files(tmp_
         assert ranked.measure_file == tmp_path / "m_hooks_maxabs_1_2.json"
         with pytest.raises(FileNotFoundError, match="m_hooks_maxabs_1_2.json"):
             convert(model, ranked)
+
+
+def test_swapping_in_the_fake_leaves_inspect_able_to_find_a_new_modules_source(make_fake_gaudi):
+    """The suite swaps the emulated habana_frameworks (a file) for the fake's (a namespace package, like Habana's):
+    inspect.getmodule, which torch calls when it first registers a custom op (e.g. during a torch.compile trace),
+    must not then fail on the name's cached file ("is a built-in module")."""
+    import inspect
+
+    import habana_frameworks.torch.core  # the emulated package, found first here
+
+    inspect.getmodule(sys._getframe(), "/nowhere/before.py")  # caches every loaded module's __file__
+    make_fake_gaudi()
+    import habana_frameworks
+
+    assert getattr(habana_frameworks, "__file__", None) is None
+    inspect.getmodule(sys._getframe(), "/nowhere/after.py")
