@@ -148,7 +148,13 @@ def main() -> int:
         "final_loss": float(trainer.callback_metrics["train_loss"]), "engine_steps": int(engine.global_steps),
         "gradient_accumulation_steps": int(engine.gradient_accumulation_steps()),
         "weights": [float(model.l1.w[0]), float(model.l4.w[0])],
-    }))
+    }), flush=True)
+    # Shut the (one-rank) process group down before the interpreter does: left to exit, gloo's threads once raced its
+    # teardown ("terminate called without an active exception", SIGABRT after the result) on a loaded machine.
+    import torch.distributed as dist  # imported here, as the script's other imports: after DS_ACCELERATOR is set
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0
 
 
