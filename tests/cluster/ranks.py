@@ -58,6 +58,19 @@ def _report(out: Path, rank: int, **facts) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(facts))
 
 
+def _train(model, device, rank: int, world_size: int):
+    """STEPS of SGD on this rank's shard of the data (plain torch, DDP-wrapped `model`); returns a weight."""
+    import torch
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = (t.to(device) for t in _data(rank, world_size))
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return next(model.parameters())
+
+
 def plain_torch(out: Path) -> None:
     """Habana's pattern (its MNIST example, Model-References): the ranks from Open MPI's or the launcher's variables."""
     import habana_frameworks.torch.core  # noqa: F401
@@ -70,18 +83,12 @@ def plain_torch(out: Path) -> None:
     dist.init_process_group("hccl", rank=rank, world_size=world_size)
     device = torch.device("hpu")
     model = DistributedDataParallel(_model().to(device))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    x, y = (t.to(device) for t in _data(rank, world_size))
-    for _ in range(STEPS):
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        optimizer.step()
-    weight = next(model.parameters())
+    weight = _train(model, device, rank, world_size)
     _report(out, rank, local_rank=local_rank, device=weight.device.type, digest=_digest(model), environment=None)
     # DDP's reducer first, then the group: destroyed the other way round, with the reducer left to interpreter exit,
     # torch's gloo (under the emulated HCCL, and plain gloo on the CPU alike) often aborts the process at exit
     # ("terminate called without an active exception") when mpirun binds each rank to one core.
-    del model, optimizer, weight
+    del model, weight  # (the optimizer went with _train)
     gc.collect()
     dist.destroy_process_group()
 
@@ -134,7 +141,6 @@ def _ray_worker(config: dict) -> None:
     out = Path(config["out"])
     if config["mode"] == "torch":
         import ray.train.torch
-        import torch
         import torch.distributed as dist
 
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -143,13 +149,7 @@ def _ray_worker(config: dict) -> None:
         # hpu_nb's strategies do (device_ids=None): one card per process.
         model = ray.train.torch.prepare_model(_model(), parallel_strategy_kwargs={"device_ids": None,
                                                                                   "output_device": None})
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        x, y = (t.to(device) for t in _data(rank, world_size))
-        for _ in range(STEPS):
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-        weight = next(model.parameters())
+        weight = _train(model, device, rank, world_size)
         _report(out, rank, local_rank=ray.train.get_context().get_local_rank(), device=weight.device.type,
                 digest=_digest(model), environment=None, ray_device=str(device))
     else:
