@@ -18,14 +18,13 @@ job: hpu_nb.runtime.compile_backend.
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from hpu_nb.runtime.compile_backend import BACKEND_NAME, HABANA_CORE, make_way_for_habana, no_habana_backend
+from hpu_nb.runtime.compile_backend import BACKEND_NAME, habanas_for_torch, no_habana_backend
 from hpu_nb.runtime.env import DYNAMIC_SHAPES_ENV, is_true
 from hpu_nb.runtime.habana_install import EMULATED_MARK, real_habana_spec
 
@@ -135,14 +134,11 @@ def register() -> None:
 
 def _habanas(graph_module: Any, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """The emulated backend was registered before Habana's software was found (a process that started emulated):
-    hand the graph to Habana's backend, registered in its place."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS  # noqa: PLC0415 -- lazy: seconds to import
+    hand the graph to Habana's backend, registered in its place (the runtime finds it)."""
+    habana = habanas_for_torch()
+    if habana is no_habana_backend:
+        from torch._dynamo.backends.registry import _COMPILER_FNS  # noqa: PLC0415 -- lazy: seconds to import
 
-    make_way_for_habana()
-    importlib.import_module(HABANA_CORE)
-    habana = _COMPILER_FNS.get(BACKEND_NAME)
-    if habana is None:
         _COMPILER_FNS[BACKEND_NAME] = emulated_hpu_backend
-        return no_habana_backend(graph_module, example_inputs, **kwargs)
     result: Callable[..., Any] = habana(graph_module, example_inputs, **kwargs)
     return result
