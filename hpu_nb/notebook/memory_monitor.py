@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import numbers
 import os
 import time
 import uuid
@@ -78,6 +79,26 @@ MAX_RANK_POINTS = 240  # per-rank samples kept (they come every log_every_n_step
 ALL_GATHER_DEPRECATED = r"torch\.distributed\.nn\.functional\.all_gather is deprecated"
 
 
+def _checked_update_interval(value: Any) -> float:
+    """A real, finite number of seconds >= 0: NaN or inf would hold every chart update back to the run's end, and a
+    string or None would fail later with a message naming no argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"MemoryMonitor(update_interval=...) must be a number of seconds (int or float, finite, >= 0), "
+                        f"got {value!r} of type {type(value).__name__}.")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"MemoryMonitor(update_interval=...) must be a finite number of seconds >= 0, got {value!r}.")
+    return seconds
+
+
+def _checked_max_points(value: Any) -> int:
+    """An integer; its range (at least 4) is ChartHistory's to check."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"MemoryMonitor(max_points=...) must be an integer >= 4 (the points the chart keeps), "
+                        f"got {value!r} of type {type(value).__name__}.")
+    return int(value)
+
+
 class MemoryMonitor(Callback):
     """Live device memory, loss and throughput of a Trainer:
     `L.Trainer(accelerator="hpu", callbacks=[MemoryMonitor()])`.
@@ -89,10 +110,8 @@ class MemoryMonitor(Callback):
 
     def __init__(self, update_interval: float = 0.25, max_points: int = 600, log_to_logger: bool = True,
                  auto_display: bool = True, reset_peak: bool = True) -> None:
-        if update_interval < 0:
-            raise ValueError(f"update_interval must be >= 0 seconds, got {update_interval}.")
-        self.update_interval = float(update_interval)
-        self.history = ChartHistory(max_points)
+        self.update_interval = _checked_update_interval(update_interval)
+        self.history = ChartHistory(_checked_max_points(max_points))
         self.log_to_logger = log_to_logger
         self.auto_display = auto_display
         self.reset_peak = reset_peak
