@@ -12,6 +12,7 @@ import shutil
 import socket
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -42,11 +43,12 @@ class HPUCheckpointIO(TorchCheckpointIO):
             )
         checkpoint = apply_to_collection(checkpoint, torch.Tensor, _to_cpu)
         fs = get_filesystem(path)
-        if not _is_local(fs):
-            fs.makedirs(os.path.dirname(str(path)), exist_ok=True)
-            _atomic_save(checkpoint, path)  # remote stores: Lightning's transaction-based save
-            return
-        _atomic_local_save(checkpoint, os.fspath(path))
+        with _interrupts_surface():
+            if not _is_local(fs):
+                fs.makedirs(os.path.dirname(str(path)), exist_ok=True)
+                _atomic_save(checkpoint, path)  # remote stores: Lightning's transaction-based save
+                return
+            _atomic_local_save(checkpoint, os.fspath(path))
 
     @override
     def load_checkpoint(
@@ -145,6 +147,36 @@ def _is_local(fs: Any) -> bool:
 
 def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().cpu() if tensor.device.type != "cpu" else tensor
+
+
+@contextlib.contextmanager
+def _interrupts_surface() -> Iterator[None]:
+    """A Ctrl-C (or SystemExit) that lands while torch.save writes stays what it is.
+
+    torch.save's zip writer calls the file's `write` from C++; an interrupt raised there unwinds through it, and the
+    writer's `__exit__` then still writes the zip's end record at a position it no longer trusts, raising
+    `RuntimeError: [enforce fail at inline_container.cc] . unexpected pos`, which replaces the KeyboardInterrupt (kept
+    only as its `__context__`). Re-raise the interrupt itself, as an interrupt anywhere else in a run surfaces.
+    """
+    try:
+        yield
+    except Exception as err:
+        interrupt = _interrupt_in(err)
+        if interrupt is None:
+            raise
+        raise interrupt from None
+
+
+def _interrupt_in(err: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt / SystemExit among the exceptions `err` replaced, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = err.__cause__ or err.__context__
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (KeyboardInterrupt, SystemExit)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _atomic_local_save(checkpoint: dict[str, Any], path: str) -> None:

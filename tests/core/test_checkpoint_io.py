@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import signal
 import subprocess
@@ -161,6 +162,43 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path
     assert "inline_container" not in message
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["model.ckpt"]
+
+
+class _CountingWriter(io.BufferedWriter):
+    """The checkpoint's temporary file, counting torch.save's writes; raises KeyboardInterrupt at write `interrupt_at`
+    (what Ctrl-C does when its signal lands while torch's C++ zip writer is inside the file's `write`)."""
+
+    writes = 0
+    interrupt_at: int | None = None
+
+    def write(self, data):  # type: ignore[override]
+        type(self).writes += 1
+        if type(self).writes == self.interrupt_at:
+            raise KeyboardInterrupt
+        return super().write(data)
+
+
+def test_ctrl_c_at_any_write_of_a_save_is_a_keyboard_interrupt_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """Was `RuntimeError: [enforce fail at inline_container.cc] . unexpected pos` (torch's writer, on its way out,
+    writing the zip's end at a position it no longer trusts), the KeyboardInterrupt hidden as its context."""
+    path = tmp_path / "model.ckpt"
+    HPUCheckpointIO().save_checkpoint({"version": 1}, path)
+    before = path.read_bytes()
+    monkeypatch.setattr(checkpoint_io.os, "fdopen", lambda fd, *args, **kwargs: _CountingWriter(io.FileIO(fd, "wb")))
+    new_checkpoint = {"w": torch.randn(300), "b": torch.randn(7), "step": 3}
+    HPUCheckpointIO().save_checkpoint(new_checkpoint, tmp_path / "uninterrupted.ckpt")
+    writes_of_a_save = _CountingWriter.writes
+    (tmp_path / "uninterrupted.ckpt").unlink()
+    assert writes_of_a_save > 5
+    for moment in range(1, writes_of_a_save + 1):
+        monkeypatch.setattr(_CountingWriter, "writes", 0)
+        monkeypatch.setattr(_CountingWriter, "interrupt_at", moment)
+        with pytest.raises(KeyboardInterrupt) as info:
+            HPUCheckpointIO().save_checkpoint(new_checkpoint, path)
+        assert type(info.value) is KeyboardInterrupt, moment
+        assert path.read_bytes() == before, moment
+        assert [p.name for p in tmp_path.iterdir()] == ["model.ckpt"], moment
+    assert torch.load(path, weights_only=True) == {"version": 1}
 
 
 def test_an_empty_checkpoint_is_a_clear_error(tmp_path):
