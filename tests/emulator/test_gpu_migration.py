@@ -246,6 +246,67 @@ def test_nccl_typed_tensors_compile_and_what_habana_refuses(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(300)
+def test_nvml_queries_allocator_calls_and_cuda_memory_stat_names_answer_the_gaudi_way(tmp_path: Path) -> None:
+    """Issue 35: utilization / temperature / power_draw / clock_rate sent the user to nvidia-ml-py; nccl.version,
+    set_sync_debug_mode, can_device_access_peer, get_allocator_backend and memory._record_memory_history were
+    AttributeErrors on torch._C._cuda_*; memory_stats() had no "allocated_bytes.all.current"."""
+    code = textwrap.dedent('''
+        import json, os, warnings
+        import habana_frameworks.torch.gpu_migration  # noqa: F401
+        import torch
+
+        report = {}
+        for name in ("utilization", "temperature", "power_draw", "clock_rate"):
+            try:
+                report[name] = getattr(torch.cuda, name)()
+            except Exception as error:
+                report[name] = [type(error).__name__, str(error)]
+        report["nccl"] = torch.cuda.nccl.version()
+        torch.cuda.set_sync_debug_mode("warn")
+        report["sync"] = [torch.cuda.get_sync_debug_mode(), os.environ["PT_ENABLE_HABANA_STREAMASYNC"]]
+        report["peer"] = [torch.cuda.can_device_access_peer(0, 1), torch.cuda.can_device_access_peer("cuda:2", 7)]
+        try:
+            torch.cuda.can_device_access_peer(0, 0)
+        except AssertionError as error:
+            report["peer_same"] = str(error)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report["backend"] = torch.cuda.get_allocator_backend()
+            torch.cuda.memory._record_memory_history(max_entries=1000)
+            torch.cuda.memory._dump_snapshot("snapshot.pickle")
+        report["warnings"] = [str(w.message) for w in caught]
+        report["snapshot_written"] = os.path.exists("snapshot.pickle")
+        before = torch.cuda.memory_stats()["allocated_bytes.all.current"]
+        x = torch.ones(1000, device="cuda")
+        stats = torch.cuda.memory_stats()
+        report["allocated"] = [stats["allocated_bytes.all.current"] - before, torch.cuda.memory_allocated() - before,
+                               stats["allocated_bytes.all.peak"] == stats["MaxInUse"],
+                               stats["reserved_bytes.all.current"] == torch.cuda.memory_reserved()]
+        report["memory_usage"] = torch.cuda.memory_usage() == torch.hpu.memory_stats()["InUse"]
+        print(json.dumps(report))
+    ''')
+    result = _run(code, tmp_path)
+    report = _report(result)
+    assert "nvidia-ml-py" not in result.stdout + result.stderr and "pynvml" not in result.stdout + result.stderr
+    # utilization: the Habana answer (torch.hpu.utilization, hl-smi's library), which the emulated card cannot give.
+    kind, message = report["utilization"]
+    assert kind == "ModuleNotFoundError" and "torch.hpu.utilization()" in message and "pyhlml" in message
+    assert "emulated Gaudi has no hl-smi" in message
+    # No Gaudi equivalent: said plainly.
+    for name in ("temperature", "power_draw", "clock_rate"):
+        kind, message = report[name]
+        assert kind == "NotImplementedError" and message.startswith(f"torch.cuda.{name}() has no Gaudi equivalent")
+    assert report["nccl"] == [2, 16, 5]  # Habana's toolkit's fixed answer
+    assert report["sync"] == [1, "1"]  # kept where Habana's torch.hpu.set_sync_debug_mode keeps it
+    assert report["peer"] == [True, True] and report["peer_same"] == "Both the ids are same."
+    assert report["backend"] is None and report["snapshot_written"] is False
+    assert [w.split(" is not supported on HPU")[0] for w in report["warnings"]] == [
+        "get_allocator_backend", "_record_memory_history", "_dump_snapshot"]
+    # 1000 float32 on the card: 4000 bytes more in use, by CUDA's name and by memory_allocated alike.
+    assert report["allocated"] == [4000, 4000, True, True] and report["memory_usage"] is True
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("value", ["1", "TRUE"])
 def test_pt_hpu_gpu_migration_turns_it_on_where_the_bridge_reads_it(tmp_path: Path, value: str) -> None:
     # The bridge reads the variable when habana_frameworks.torch is imported (its __init__), as Habana's tutorials do.

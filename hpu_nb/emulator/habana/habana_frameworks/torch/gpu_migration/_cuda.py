@@ -21,6 +21,8 @@ import habana_frameworks.torch.hpu as hpu  # the emulated card: what torch.hpu i
 import habana_frameworks.torch.hpu.graphs as hpu_graphs
 import torch
 import torch.cuda.amp
+import torch.cuda.memory
+import torch.cuda.nccl
 import torch.cuda.nvtx
 from habana_frameworks.torch.gpu_migration._devices import to_hpu
 from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, HPU_MISMATCH, HPU_MODIFIED, LOG
@@ -153,9 +155,31 @@ _MEMORY_CALLS = {
     "memory_allocated": "memory_allocated", "max_memory_allocated": "max_memory_allocated",
     "memory_reserved": "memory_reserved", "max_memory_reserved": "max_memory_reserved",
     "memory_cached": "memory_reserved", "max_memory_cached": "max_memory_reserved",
-    "memory_stats": "memory_stats", "memory_summary": "memory_summary", "mem_get_info": "mem_get_info",
+    "memory_summary": "memory_summary", "mem_get_info": "mem_get_info", "memory_usage": "memory_usage",
     "reset_peak_memory_stats": "reset_peak_memory_stats", "reset_max_memory_allocated": "reset_peak_memory_stats",
 }
+
+
+# CUDA's caching-allocator names for the card's own counters: CUDA code reads these keys (Lightning's CUDA device
+# stats, `memory_stats()["allocated_bytes.all.current"]`). Habana's toolkit returns torch.hpu.memory_stats as it is
+# (Gaudi's ten counters only, so such code fails with a KeyError on a Gaudi); here the same dict also carries the CUDA
+# name of each counter that has one, with the same value. Names with no Gaudi counter (segments, splits, inactive
+# blocks, retries) are left out rather than made up.
+_CUDA_STAT_NAMES = {
+    "allocated_bytes.all.current": "InUse", "allocated_bytes.all.peak": "MaxInUse",
+    "active_bytes.all.current": "InUse", "active_bytes.all.peak": "MaxInUse",
+    "reserved_bytes.all.current": "Limit", "reserved_bytes.all.peak": "Limit",
+    "allocation.all.current": "ActiveAllocs", "allocation.all.allocated": "NumAllocs",
+    "allocation.all.freed": "NumFrees",
+}
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    target = to_hpu(device)
+    _log(HPU_MATCH, "memory_stats", f"torch.hpu.memory_stats(device={target})", {"device": device})
+    stats = dict(hpu.memory_stats(target))
+    stats.update({cuda_name: stats[hpu_name] for cuda_name, hpu_name in _CUDA_STAT_NAMES.items() if hpu_name in stats})
+    return stats
 
 
 def _inactive(name: str, why: str) -> Callable[..., None]:
@@ -177,7 +201,68 @@ _INACTIVE_CALLS = {
     " on HPU.",
     "caching_allocator_alloc": "caching_allocator_alloc is not supported on HPU.",
     "caching_allocator_delete": "caching_allocator_delete is not supported on HPU.",
+    # Not in the toolkit read; torch's would call its CUDA library (AttributeError on torch._C._cuda_*). Gaudi has no
+    # CUDA allocator to name, and no allocation history to record (memory_snapshot is inactive in the toolkit too).
+    "get_allocator_backend": "get_allocator_backend is not supported on HPU: its memory is managed by Habana's own"
+    " allocator, neither of CUDA's (native, cudaMallocAsync).",
 }
+_INACTIVE_MEMORY_CALLS = {  # torch.cuda.memory's, which code calls by that path
+    "_record_memory_history": "_record_memory_history is not supported on HPU: no allocation history is recorded"
+    " (torch.hpu.memory_stats() gives the card's counters).",
+    "_dump_snapshot": "_dump_snapshot is not supported on HPU: no allocation history was recorded; nothing is written.",
+}
+
+
+# -- what CUDA reads from NVIDIA's management library (nvml) ----------------------------------------------------------
+def utilization(device: Any = None) -> int:
+    """As Habana's toolkit: torch.hpu.utilization, which reads hl-smi's library (never nvidia-ml-py)."""
+    target = to_hpu(device)
+    _log(HPU_MATCH, "utilization", f"torch.hpu.utilization(device={target})", {"device": device})
+    return int(hpu.utilization(target))
+
+
+def _no_gaudi_equivalent(name: str, what: str) -> Callable[..., Any]:
+    """A call the toolkit leaves to torch, whose answer comes from NVIDIA's management library: on a Gaudi it would
+    send the user to nvidia-ml-py. It says instead that Gaudi has no such call."""
+
+    def call(device: Any = None) -> Any:
+        raise NotImplementedError(
+            f"torch.cuda.{name}() has no Gaudi equivalent: it reads {what} from NVIDIA's management library (nvml),"
+            " and neither torch.hpu nor Habana's GPU Migration Toolkit offers such a call. On a Gaudi, hl-smi shows"
+            " the card's figures; the emulated Gaudi has none to report.")
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+_NO_GAUDI_EQUIVALENT = {"temperature": "the GPU's temperature", "power_draw": "the GPU's power draw",
+                        "clock_rate": "the GPU's SM clock"}
+
+
+# -- torch.cuda.nccl: Gaudi's collectives library is HCCL ------------------------------------------------------------
+def nccl_version() -> tuple[int, int, int]:
+    """As Habana's toolkit: a fixed NCCL version, (2, 16, 5), for CUDA code gating features on it (HCCL serves
+    NCCL's calls here; torch's would ask its NCCL binding, which a build for Gaudi lacks)."""
+    LOG.record(HPU_MATCH, "torch.cuda.nccl.version", None, "Dummy")
+    return (2, 16, 5)
+
+
+def set_sync_debug_mode(debug_mode: int | str) -> None:
+    _log(HPU_MATCH, "set_sync_debug_mode", f"torch.hpu.set_sync_debug_mode({debug_mode})",
+         {"debug_mode": debug_mode})
+    hpu.set_sync_debug_mode(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    _log(HPU_MODIFIED, "get_sync_debug_mode", "habana_frameworks.torch.gpu_migration.torch.cuda.get_sync_debug_mode()")
+    return int(hpu.get_sync_debug_mode())
+
+
+def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+    target, peer = to_hpu(device), to_hpu(peer_device)
+    _log(HPU_MATCH, "can_device_access_peer", f"torch.hpu.can_device_access_peer({target}, {peer})",
+         {"device": device, "peer_device": peer_device})
+    return bool(hpu.can_device_access_peer(target, peer))
 
 
 def list_gpu_processes(device: Any = None) -> str:
@@ -342,8 +427,14 @@ def install(replace: Callable[[Any, str, Any], None]) -> None:
                      get_device_name, get_device_capability, get_device_properties, is_bf16_supported, get_arch_list,
                      cudart, current_blas_handle, ipc_collect, list_gpu_processes, current_stream, default_stream,
                      set_stream, stream, is_current_stream_capturing, graph, make_graphed_callables,
-                     graph_pool_handle):
+                     graph_pool_handle, memory_stats, utilization, set_sync_debug_mode, get_sync_debug_mode,
+                     can_device_access_peer):
         replace(cuda, function.__name__, function)
+    for name, what in _NO_GAUDI_EQUIVALENT.items():
+        replace(cuda, name, _no_gaudi_equivalent(name, what))
+    replace(torch.cuda.nccl, "version", nccl_version)
+    for name, why in _INACTIVE_MEMORY_CALLS.items():
+        replace(torch.cuda.memory, name, _inactive(f"memory.{name}", why))
     for name, hpu_name in _MEMORY_CALLS.items():
         replace(cuda, name, _memory_call(name, hpu_name))
     for name, why in _INACTIVE_CALLS.items():

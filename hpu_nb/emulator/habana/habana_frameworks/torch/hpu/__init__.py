@@ -314,6 +314,57 @@ def memory_summary(device: _device_t = None) -> str:
     return "\n".join(lines)
 
 
+
+def memory_usage(device: _device_t = None) -> int:
+    """Bytes in use on the card, as hl-smi would say (Habana's reads its InUse counter)."""
+    return memory_stats(device)["InUse"]
+
+
+def utilization(device: _device_t = None) -> int:
+    """Habana's reads the card's utilization through hl-smi's library, pyhlml, and raises ModuleNotFoundError where
+    it is absent. The emulated Gaudi has no hl-smi: the same error, saying so."""
+    _lazy_init()
+    _check(device)
+    raise ModuleNotFoundError(
+        "torch.hpu.utilization() reads the card's utilization through hl-smi's library pyhlml (Intel Gaudi software,"
+        " package habana-pyhlml); the emulated Gaudi has no hl-smi, so there is no utilization figure to report.",
+        name="pyhlml")
+
+
+SYNC_DEBUG_MODE_ENV = "PT_ENABLE_HABANA_STREAMASYNC"  # where Habana's set_sync_debug_mode keeps the mode
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}  # torch.cuda.set_sync_debug_mode's names for 0 / 1 / 2
+
+
+def set_sync_debug_mode(debug_mode: int | str) -> None:
+    """Kept where Habana's keeps it (PT_ENABLE_HABANA_STREAMASYNC); the emulated card runs every op eagerly, in
+    order, so no mode changes what it does. CUDA's names ("default", "warn", "error") are its 0, 1, 2."""
+    mode = _SYNC_DEBUG_MODES.get(debug_mode, debug_mode) if isinstance(debug_mode, str) else debug_mode
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in (0, 1, 2):
+        raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected one of 0, 1, 2 or 'default', "
+                           f"'warn', 'error'")
+    os.environ[SYNC_DEBUG_MODE_ENV] = str(mode)
+
+
+def get_sync_debug_mode() -> int:
+    """The mode set_sync_debug_mode kept; 0 (torch's default) where none was set (Habana's raises KeyError there)."""
+    value = os.environ.get(SYNC_DEBUG_MODE_ENV, "0").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
+    """As Habana's: any two different cards of this machine can reach each other; the same card twice
+    or an index outside the machine's cards is an AssertionError."""
+    _lazy_init()
+    index, peer = _get_device_index(device, optional=True), _get_device_index(peer_device, optional=True)
+    count = device_count()
+    for checked in (index, peer):
+        if not 0 <= checked < count:
+            raise AssertionError(f"Invalid device id : {checked}")
+    if index == peer:
+        raise AssertionError("Both the ids are same.")
+    return True
+
+
 # -- random numbers (hpu.random, as in Habana's package) -------------------------------------------------------------
 from habana_frameworks.torch.hpu import random  # noqa: E402,F401
 from habana_frameworks.torch.hpu.random import (  # noqa: E402, F401
