@@ -28,6 +28,7 @@ from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
 from hpu_nb.core.strategy_parts.fsdp import check_eager_mode
 from hpu_nb.core.strategy_parts.guards import HPUAcceleratorOnly, HPUCheckpointIODefault
+from hpu_nb.core.strategy_parts.interrupts import stopped_message
 from hpu_nb.core.strategy_parts.launchers import ProcessStartMethod, ScriptLivenessMixin, WorkerLivenessMixin
 from hpu_nb.core.strategy_parts.parallel import HPUParallelMixin
 from hpu_nb.runtime import get_backend
@@ -78,6 +79,11 @@ class _FabricParallel(HPUParallelMixin):
     loop."""
 
     _idle_phase = "the script's own code (no Fabric call)"
+
+    @property
+    @override
+    def _start_up_interrupted_line(self) -> str:
+        return stopped_message(None, trainer=False)
 
     @override
     def _script_launcher(self) -> Any:

@@ -50,6 +50,7 @@ from hpu_nb.core.strategies.deepspeed_precision import (
 )
 from hpu_nb.core.strategies.launchers import HPUMultiProcessingLauncher
 from hpu_nb.core.strategies.parallel import HPUTrainerParallelMixin
+from hpu_nb.core.strategy_parts import rank_processes
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.files import UnreadableFileError, read_small_file
 
@@ -172,7 +173,9 @@ class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedInferenceMixin, Dee
     # -- environment: no "CUDA only" check; HCCL (Gaudi) or gloo (emulated) ----------------------------------------
     @override
     def setup_environment(self) -> None:
-        DDPStrategy.setup_environment(self)  # skips DeepSpeedStrategy's CUDA-only check (and the mixin's, hence:)
+        # skips DeepSpeedStrategy's CUDA-only check (and the mixin's, hence the mixin's two steps here)
+        with rank_processes.joining_process_group(self._start_up_interrupted_line):
+            DDPStrategy.setup_environment(self)
         self._start_progress_reports()  # a stuck rank is named, as with every HPU strategy
 
     @override

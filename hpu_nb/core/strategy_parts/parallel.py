@@ -25,8 +25,9 @@ from torch import Tensor
 from typing_extensions import override
 
 from hpu_nb.core import noise
-from hpu_nb.core.strategy_parts import liveness
+from hpu_nb.core.strategy_parts import liveness, rank_processes
 from hpu_nb.core.strategy_parts.collectives import hccl_reduce
+from hpu_nb.core.strategy_parts.interrupts import stopped_message
 from hpu_nb.core.strategy_parts.launchers import ProcessStartMethod, resolve_start_method
 from hpu_nb.runtime import distributed as hpu_dist
 from hpu_nb.runtime import get_backend
@@ -71,8 +72,14 @@ class HPUParallelMixin(ParallelStrategyHost):
     # -- progress reports, for naming a stuck rank ------------------------------------------------------------------
     @override
     def setup_environment(self) -> None:
-        super().setup_environment()
+        with rank_processes.joining_process_group(self._start_up_interrupted_line):
+            super().setup_environment()  # Lightning's: the card, then the process group
         self._start_progress_reports()
+
+    @property
+    def _start_up_interrupted_line(self) -> str:
+        """The one line for an interrupt while the ranks join the process group (before any step)."""
+        return stopped_message(None, trainer=True)
 
     def _start_progress_reports(self) -> None:
         """Once the process group exists: report this rank's progress to the job's store (strategies whose

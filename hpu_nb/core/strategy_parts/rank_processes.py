@@ -12,6 +12,9 @@ interrupted, and none is left behind, however the run ends.
 - A script's rank 0 (Lightning's script launcher, for the Trainer and for Fabric, whose `fabric.launch()` returns
   before the training runs) keeps this for its whole life (`ScriptRanks`): at its exit the ranks it started are
   stopped, after a failure at once, else once they have finished (at most a collective timeout later).
+- While it joins the job's process group (`joining_process_group`) its main thread waits in C++ for every rank, where
+  no Python signal handler runs: an interrupt there (Ctrl-C reaches every rank, and one still starting never joins)
+  stops the other ranks and ends it at once with the one interrupt line, instead of the collective timeout later.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -288,6 +291,25 @@ def _wait_ended_pids(pids: list[int], timeout: float) -> None:
     _wait_ended(procs, timeout)
 
 
+_joining_line: str | None = None  # while this process joins its job's process group: its line for an interrupt
+
+
+@contextlib.contextmanager
+def joining_process_group(interrupted_line: str) -> Iterator[None]:
+    """Around this process's joining of the job's process group (torch's `init_process_group`: rank 0 waits in its
+    store for every rank to connect, then for their gloo / HCCL connections). That wait is in C++: a KeyboardInterrupt
+    is raised only once it ends, and a rank interrupted before it joined never comes, so it would end only at the
+    collective timeout (5 minutes). A script's rank 0 (`TerminationGuard`) that sees SIGINT or SIGTERM meanwhile stops
+    the other ranks and ends this process at once, `interrupted_line` (for SIGINT) its last output: nothing was trained
+    yet, and nothing the process holds needs its exit handlers."""
+    global _joining_line
+    previous, _joining_line = _joining_line, interrupted_line
+    try:
+        yield
+    finally:
+        _joining_line = previous
+
+
 class TerminationGuard:
     """In the process that started the other ranks: SIGTERM stops them and then this process, even mid-collective.
 
@@ -346,6 +368,8 @@ class TerminationGuard:
             if signal.SIGTERM in signals or signal.SIGINT in signals:
                 self.signalled = signal.SIGTERM if signal.SIGTERM in signals else signal.SIGINT
                 stop_processes(self._children())
+                if _joining_line is not None:  # the main thread still waits in C++ for ranks that will not come
+                    self._end_now(_joining_line if self.signalled == signal.SIGINT else None)
                 if not self._done.wait(self._grace):
                     print(
                         f"hpu_nb: rank 0 (pid {os.getpid()}) still blocked {self._grace:.0f} s after a"
@@ -355,6 +379,16 @@ class TerminationGuard:
                     )
                     os._exit(128 + self.signalled)
                 return
+
+    def _end_now(self, line: str | None) -> None:
+        """End this process from the watcher thread (its main thread cannot act): `line` last, then the status a
+        shell gives a process ended by the signal (130 for SIGINT)."""
+        assert self.signalled is not None
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            if line is not None:
+                print(line, file=sys.stderr, flush=True)
+        os._exit(128 + self.signalled)
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
