@@ -122,3 +122,21 @@ def test_forked_ranks_interrupted_while_one_waits_to_join_end_with_the_one_line(
     code, stderr = _interrupt(proc)
     assert code != 0 and stderr.rstrip().endswith(ONE_LINE), stderr[-3000:]
     assert_no_process_left(out)
+
+
+_SIGTERM_WHILE_EXITING = """
+import atexit, os, signal, time
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2), print("exit handler finished")))
+from hpu_nb.core.strategy_parts import rank_processes
+rank_processes.exit_on_sigterm()  # as a launched rank does, after torch's and Lightning's imports registered theirs
+"""
+
+
+def test_a_rank_stopped_while_it_exits_finishes_its_exit_quietly(tmp_path):
+    """Interrupted, a rank exits on its own (Lightning's KeyboardInterrupt handling) while rank 0 stops it with SIGTERM:
+    that SIGTERM landed in torch's exit handlers and printed "Exception ignored in atexit callback" and a traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_EXITING], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=RUN_LIMIT_S, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "exit handler finished", result.stderr
+    assert "Exception ignored" not in result.stderr and "RankTerminated" not in result.stderr

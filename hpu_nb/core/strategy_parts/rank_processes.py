@@ -78,13 +78,20 @@ _fast_exit_registered = False
 
 
 def exit_on_sigterm() -> None:
-    """In a rank a launcher started: SIGTERM ends the rank, quickly (Lightning's own handler would only note it)."""
+    """In a rank a launcher started: SIGTERM ends the rank, quickly (Lightning's own handler would only note it).
+
+    A rank already exiting (its exit handlers run: an interrupt or a failure ended its script, and the process that
+    started it now stops it) is left to finish: raising there only printed an "Exception ignored in atexit callback"
+    traceback, and its launcher SIGKILLs it should it not end in time."""
     if threading.current_thread() is not threading.main_thread():
         return
     skip_garbage_collection_at_exit()
+    exiting = threading.Event()
+    atexit.register(exiting.set)  # run before every exit handler registered until now (they run last-in, first-out)
 
     def handler(signum: int, _frame: Any) -> None:
-        raise RankTerminated(128 + signum)
+        if not exiting.is_set():
+            raise RankTerminated(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
 
