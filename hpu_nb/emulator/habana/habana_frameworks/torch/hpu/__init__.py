@@ -331,7 +331,7 @@ def utilization(device: _device_t = None) -> int:
         name="pyhlml")
 
 
-SYNC_DEBUG_MODE_ENV = "PT_ENABLE_HABANA_STREAMASYNC"  # where Habana's set_sync_debug_mode keeps the mode
+_SYNC_DEBUG_MODE_ENV = "PT_ENABLE_HABANA_STREAMASYNC"  # where Habana's set_sync_debug_mode keeps the mode
 _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}  # torch.cuda.set_sync_debug_mode's names for 0 / 1 / 2
 
 
@@ -342,12 +342,12 @@ def set_sync_debug_mode(debug_mode: int | str) -> None:
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in (0, 1, 2):
         raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected one of 0, 1, 2 or 'default', "
                            f"'warn', 'error'")
-    os.environ[SYNC_DEBUG_MODE_ENV] = str(mode)
+    os.environ[_SYNC_DEBUG_MODE_ENV] = str(mode)
 
 
 def get_sync_debug_mode() -> int:
     """The mode set_sync_debug_mode kept; 0 (torch's default) where none was set (Habana's raises KeyError there)."""
-    value = os.environ.get(SYNC_DEBUG_MODE_ENV, "0").strip()
+    value = os.environ.get(_SYNC_DEBUG_MODE_ENV, "0").strip()
     return int(value) if value.isdigit() else 0
 
 
