@@ -173,6 +173,18 @@ def test_hthpu_legacy_tensor_types_copy_data_to_the_card(name: str, dtype: torch
         cls([1], dtype=torch.float64)
 
 
+@pytest.mark.parametrize("device", ["hpu:0", torch.device("hpu"), torch.device("hpu", 0)])
+def test_hthpu_legacy_tensor_types_take_only_the_string_hpu_as_habanas_do(device) -> None:
+    """Habana's constructors compare the device keyword with the string "hpu" (bridge hpu/__init__.py): "hpu:0" and
+    torch.device("hpu") are refused on a Gaudi, so they are here (they were accepted), with Habana's message first."""
+    import habana_frameworks.torch.hpu as hthpu
+
+    with pytest.raises(RuntimeError, match=f"^legacy constructor expects device type: hpu but device type: {device}"
+                                           " was passed .*pass device='hpu' or leave it out"):
+        hthpu.LongTensor([1, 2], device=device)
+    assert hthpu.LongTensor([1, 2], device="hpu").device == torch.device("hpu", 0)
+
+
 def test_hthpu_long_tensor_indexes_on_the_card() -> None:
     import habana_frameworks.torch.hpu as hthpu
 
