@@ -28,6 +28,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/core/test_plugin_behaviours_deepspeed.py::test_torch_compile_before_habanas_core_registers_habanas_backend_once",
     "tests/emulator/test_device_library_integrity.py::test_import_torch_survives_a_library_cut_short_and_first_use_rebuilds_it",
     "tests/emulator/test_device_library_integrity.py::test_the_build_command_finds_a_garbage_library_of_the_right_size_and_rebuilds_it",
+    "tests/emulator/test_fp8_full_scales.py::test_a_trainer_fits_a_compiled_fp8_model",
     "tests/emulator/test_fp8_full_scales.py::test_torch_compile_of_an_fp8_model_matches_eager",
     "tests/emulator/test_gpu_migration.py::test_a_cuda_written_script_trains_on_hpu_after_the_one_import",
     "tests/emulator/test_gpu_migration.py::test_nccl_typed_tensors_compile_and_what_habana_refuses",

@@ -186,3 +186,25 @@ def test_without_the_fake_kernel_compiling_an_fp8_model_fails(fresh_compiler, mo
     monkeypatch.setattr(numerics, "traceable_round_amax", untraceable)
     with pytest.raises(Exception, match="fake tensor call"):
         fp8_model_outputs(compile_it=True)
+
+
+def test_a_trainer_fits_a_compiled_fp8_model(tmp_path, fresh_compiler) -> None:
+    """What lightning-habana's users do (its test_compile's fp8 case): convert the model's layers for fp8, compile it
+    with hpu_backend, fit. It failed on the emulated Gaudi with "RuntimeError when making fake tensor call"."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from hpu_nb import HPUAccelerator, HPUPrecisionPlugin, SingleHPUStrategy
+
+    import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+
+    model = BoringModel()
+    plugin = HPUPrecisionPlugin(precision="fp8")
+    plugin.convert_modules(model, replace_layers=True)
+    assert isinstance(model.layer, te.Linear)
+    before = model.layer.weight.detach().clone()
+    trainer = Trainer(default_root_dir=tmp_path, accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(),
+                      devices=1, max_steps=1, limit_val_batches=0, plugins=plugin, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(torch.compile(model, backend="hpu_backend"))
+    assert trainer.global_step == 1 and not torch.equal(model.layer.weight.detach().cpu(), before.cpu())
