@@ -191,12 +191,11 @@ def test_without_the_fake_kernel_compiling_an_fp8_model_fails(fresh_compiler, mo
 def test_a_trainer_fits_a_compiled_fp8_model(tmp_path, fresh_compiler) -> None:
     """What lightning-habana's users do (its test_compile's fp8 case): convert the model's layers for fp8, compile it
     with hpu_backend, fit. It failed on the emulated Gaudi with "RuntimeError when making fake tensor call"."""
+    import habana_frameworks.torch.hpex.experimental.transformer_engine as te
     from lightning.pytorch import Trainer
     from lightning.pytorch.demos.boring_classes import BoringModel
 
     from hpu_nb import HPUAccelerator, HPUPrecisionPlugin, SingleHPUStrategy
-
-    import habana_frameworks.torch.hpex.experimental.transformer_engine as te
 
     model = BoringModel()
     plugin = HPUPrecisionPlugin(precision="fp8")
