@@ -15,6 +15,7 @@ from hpu_nb.runtime.env import LAZY_MODE_ENV
 
 GiB = 1 << 30
 FP8_E5M2_MAX = 57344.0  # e5m2's largest value, on every Gaudi with fp8
+FP8_E4M3_DEFAULT_BIAS, FP8_E5M2_DEFAULT_BIAS = 7, 15  # 2**(exponent bits - 1) - 1
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class Generation:
     # 240 (INC's fp_utils.get_fullscale uses torch.float8_e4m3fnuz's range for float8_e4m3fn on Gaudi2); Gaudi3's is
     # torch.float8_e4m3fn's, 448. e5m2 is the same everywhere (FP8_E5M2_MAX).
     fp8_e4m3_max: float = 0.0
+    # The hardware-aligned fp8 scales: the exponent biases the card's fp8 casts take (each scales by a power of two
+    # for free), as Intel Neural Compressor lists them (fp8_quant/_core/fp_utils.py EXP_BIAS_SETS): Gaudi2's e4m3 casts
+    # take 4 biases (3, 7, 11, 15: scales 16, 1, 1/16, 1/256), its e5m2 only the default 15; Gaudi3's take 0-62.
+    fp8_exponent_biases: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # (E4M3, E5M2)
 
     @property
     def label(self) -> str:
@@ -54,6 +59,15 @@ class Generation:
             raise ValueError(f"{fmt!r} is not a Gaudi fp8 format: use 'E4M3' or 'E5M2'.")
         return self.fp8_e4m3_max if fmt.upper() == "E4M3" else FP8_E5M2_MAX
 
+    def fp8_hw_scales(self, fmt: str) -> tuple[float, ...]:
+        """The hardware-aligned scales of fp8 format `fmt` on this card, largest first, as INC's divisors (x / scale
+        is cast): 2**(default bias - bias) for each exponent bias the card's casts take (INC's
+        get_fp8_hw_alligned_scales: each bias's full scale over the default's)."""
+        self.fp8_max(fmt)  # refuses a card without fp8 and an unknown format
+        e4m3 = fmt.upper() == "E4M3"
+        default_bias = FP8_E4M3_DEFAULT_BIAS if e4m3 else FP8_E5M2_DEFAULT_BIAS
+        return tuple(2.0 ** (default_bias - bias) for bias in self.fp8_exponent_biases[0 if e4m3 else 1])
+
 
 def first_supporting(what: str) -> Generation:
     """The first generation with `what` ("fp16" or "fp8"): what "needs Gaudi2 or newer" and the form's labels say."""
@@ -70,9 +84,11 @@ GENERATIONS: dict[str, Generation] = {
     "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False,
                          syn_device_type="synDeviceGaudi", board_prefix="HL-20"),
     "gaudi2": Generation("gaudi2", "GAUDI2", 96 * GiB, supports_fp16=True, supports_fp8=True,
-                          syn_device_type="synDeviceGaudi2", board_prefix="HL-22", fp8_e4m3_max=240.0),
+                          syn_device_type="synDeviceGaudi2", board_prefix="HL-22", fp8_e4m3_max=240.0,
+                          fp8_exponent_biases=((3, 7, 11, 15), (15,))),
     "gaudi3": Generation("gaudi3", "GAUDI3", 128 * GiB, supports_fp16=True, supports_fp8=True,
-                          syn_device_type="synDeviceGaudi3", board_prefix="HL-3", fp8_e4m3_max=448.0),
+                          syn_device_type="synDeviceGaudi3", board_prefix="HL-3", fp8_e4m3_max=448.0,
+                          fp8_exponent_biases=(tuple(range(63)), tuple(range(63)))),
 }
 
 

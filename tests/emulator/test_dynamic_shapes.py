@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import lightning as L
+import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -72,6 +73,35 @@ def test_metric_global_as_habana_s(fresh_compiler, monkeypatch):
     assert dict(local.stats())["TotalNumber"] == 1  # a fresh module: compiled once, counted in the block only
     monkeypatch.setenv("PT_HPU_ENABLE_CACHE_METRICS", "1")
     assert dict(hthpu.metrics.metric_global("recipe_cache").stats())["TotalMiss"] == 3
+
+
+def test_metric_localcontext_stops_counting_when_its_block_ends_and_unknown_names_raise_metric_not_found(
+        fresh_compiler):
+    """Habana's local metric unsubscribes from its events when the block ends (bridge hpu/metrics/metrics.py:
+    metric_localcontext calls stop()): a compilation after the block is not counted (it was: stop() did nothing).
+    metric_localcontext raises MetricNotFound for a name the release has not; metric_global gives None for it."""
+    import habana_frameworks.torch.hpu as hthpu
+    from habana_frameworks.torch.hpu.metrics.exceptions import MetricNotFound
+
+    assert hthpu.metrics.MetricNotFound is MetricNotFound
+    gc = hthpu.metrics.metric_global("graph_compilation")
+    before = dict(gc.stats())["TotalNumber"]
+    with hthpu.metrics.metric_localcontext("graph_compilation") as local:
+        compile_and_run([9])
+        assert dict(local.stats())["TotalNumber"] == 1
+    compile_and_run([11])  # a new module: compiled again, after the block
+    assert dict(local.stats())["TotalNumber"] == 1  # Habana's stays 1
+    assert dict(gc.stats())["TotalNumber"] == before + 2  # the global metric counts both
+    local.start()  # counting again from now on: what happened while stopped stays out
+    compile_and_run([13])
+    assert dict(local.stats())["TotalNumber"] == 2
+    local.reset()
+    assert dict(local.stats())["TotalNumber"] == 0
+    for name in ("no_such_metric", "recipe_cache"):  # recipe_cache only with PT_HPU_ENABLE_CACHE_METRICS=1
+        assert hthpu.metrics.metric_global(name) is None
+        with (pytest.raises(MetricNotFound, match=rf"Metric with given name \({name}\) doesn't exist."),
+              hthpu.metrics.metric_localcontext(name)):
+            pass
 
 
 class DynamicOpsModel(L.LightningModule):

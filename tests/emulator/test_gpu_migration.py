@@ -153,7 +153,7 @@ def test_a_cuda_written_script_trains_on_hpu_after_the_one_import(tmp_path: Path
     assert first == {"file": script, "line": "10", "context": 'device = "cuda" if torch.cuda.is_available() else "cpu"',
                      "type": "hpu_match", "call": "torch.cuda.is_available()", "new": "torch.hpu.is_available()"}
     calls = {(record["type"], record["call"].split("(")[0]) for record in records}
-    assert {("hpu_modified", "torch.cuda.amp.GradScaler.__init__"), ("hpu_match", "torch.randn"),
+    assert {("hpu_match", "torch.cuda.amp.GradScaler.__init__"), ("hpu_match", "torch.randn"),
             ("hpu_match", "torch.Tensor.to"), ("hpu_match", "torch.autocast.__init__"),
             ("hpu_match", "torch.cuda.synchronize"), ("hpu_match", "torch.cuda.max_memory_allocated"),
             ("hpu_modified", "torch.cuda.device_count")} <= calls
@@ -449,7 +449,7 @@ def test_torch_amp_grad_scaler_for_cuda_is_disabled_and_lightning_auto_is_one_hp
     assert report["trainer"] == ["HPUAccelerator", 1, "hpu:0"] and report["fabric"] == ["HPUAccelerator", "hpu:0"]
     [log] = _logs(logs)
     records = {(m.group("type"), m.group("call")) for m in RECORD.finditer(log.read_text())}
-    assert ("hpu_modified", "torch.amp.GradScaler.__init__(device=cuda, init_scale=65536.0, growth_factor=2.0,"
+    assert ("hpu_match", "torch.amp.GradScaler.__init__(device=cuda, init_scale=65536.0, growth_factor=2.0,"
             " backoff_factor=0.5, growth_interval=2000, enabled=True, )") in records
 
 
@@ -467,3 +467,46 @@ def test_lightning_auto_means_hpu_where_the_migration_toolkit_runs(monkeypatch: 
     assert type(before.accelerator).__name__ != "HPUAccelerator"
     assert (type(after.accelerator).__name__, after.num_devices, after.strategy.root_device.type) == (
         "HPUAccelerator", 1, "hpu")
+
+
+@pytest.mark.timeout(300)
+def test_log_lines_are_those_habana_ships_in_model_references(tmp_path: Path) -> None:
+    """The records as the toolkit writes them in the logs Habana ships with Model-References' GPU-migration examples
+    (gpu_migration_logs/*.log): the GradScaler is an hpu_match "set enabled to Flase" (the toolkit's spelling), a
+    typed tensor is `torch.cuda.__new__`, Tensor.type records its `kwargs={}`, and DistributedDataParallel's
+    device_ids / output_device are set to None, as the ranks' logs show."""
+    code = textwrap.dedent('''
+        import json, os
+        import habana_frameworks.torch.gpu_migration  # noqa: F401
+        import torch
+        import torch.distributed as dist
+
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        scaler = torch.cuda.amp.GradScaler()
+        typed = torch.cuda.FloatTensor([1.5])
+        name = torch.ones(2, device="cuda").type()
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=[0])
+        model(torch.ones(1, 2, device="cuda")).sum().backward()
+        print(json.dumps({"ids": model.device_ids, "output": model.output_device, "name": name,
+                          "grad": str(model.module.weight.grad.device), "scaler": scaler.is_enabled()}))
+        dist.destroy_process_group()
+    ''')
+    result = _run(code, tmp_path, {"GPU_MIGRATION_LOG_LEVEL": "3", "HABANA_LOGS": str(tmp_path / "logs")})
+    report = _report(result)
+    assert (report["ids"], report["output"], report["grad"], report["scaler"]) == (None, None, "hpu:0", False)
+    assert report["name"] == "torch.cuda.FloatTensor"
+    [log] = _logs(tmp_path / "logs")
+    records = {(m.group("type"), m.group("call"), m.group("new")) for m in RECORD.finditer(log.read_text())}
+    assert ("hpu_match", "torch.cuda.amp.GradScaler.__init__(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,"
+            " growth_interval=2000, enabled=True, )", "set enabled to Flase") in records
+    assert ("hpu_modified", "torch.cuda.__new__(args=([1.5],), kwargs={}, )",
+            "torch.FloatTensor(args=([1.5],), kwargs={}).to(hpu)") in records
+    assert ("hpu_match", "torch.Tensor.type(dtype=None, non_blocking=False, kwargs={}, )",
+            "change output value from torch.hpu.FloatTensor to torch.cuda.FloatTensor") in records
+    [ddp] = [r for r in records if r[1].startswith("torch.nn.parallel.DistributedDataParallel.__init__(")]
+    assert ddp[0] == "hpu_match" and ddp[2] == "change device_ids and output_device to None"
+    # every argument of this torch's DistributedDataParallel, as bound (Habana's torch 2.0 log has fewer)
+    assert ddp[1].startswith("torch.nn.parallel.DistributedDataParallel.__init__(module=module, device_ids=[0],"
+                             " output_device=None, dim=0, broadcast_buffers=")
+    assert "process_group=None, " in ddp[1] and "find_unused_parameters=False, " in ddp[1]

@@ -324,6 +324,61 @@ def test_transformer_engine_fp8_only_on_gaudi2_and_newer():
             pass
 
 
+@pytest.mark.parametrize(("device_name", "full_scale"), [("GAUDI2", 240.0), ("GAUDI3", 448.0)])
+def test_transformer_engine_scales_to_the_generations_e4m3_full_scale(make_fake_gaudi, device_name, full_scale):
+    """Gaudi2's e4m3 ends at 240, Gaudi3's at 448 (INC's get_fullscale): the scale aims max |x| at that value."""
+    make_fake_gaudi(device_name=device_name)
+    te = importlib.import_module("habana_frameworks.torch.hpex.experimental.transformer_engine")
+    layer = te.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 0.0, 0.0]]))
+    x = torch.tensor([[0.013, 1.0, 0.0]])  # 1 maps to the full scale; 0.013 rounds on that grid: 3/240 or 6/448
+    with te.fp8_autocast(enabled=True):
+        out = layer(x)
+    expected = (x * full_scale).to(torch.float8_e4m3fn).float() / full_scale
+    assert out.float()[0, 0].item() == expected.to(torch.bfloat16)[0, 0].item() == pytest.approx(
+        {240.0: 3 / 240, 448.0: 6 / 448}[full_scale], rel=1e-2)
+
+
+# -- legacy tensor types, metrics, the media loader --------------------------------------------------------------------
+@pytest.mark.parametrize("device", ["hpu:0", torch.device("hpu")])
+def test_legacy_tensor_types_compare_the_device_with_the_string_hpu(fake_gaudi, device):
+    hpu_module = hthpu()
+    assert hpu_module.LongTensor([1, 2], device="hpu").dtype == torch.int64
+    with pytest.raises(RuntimeError, match=f"^legacy constructor expects device type: hpu but device type: {device}"
+                                           " was passed$"):
+        hpu_module.LongTensor([1, 2], device=device)
+
+
+def test_metrics_local_context_counts_its_block_only_and_unknown_names_raise_metric_not_found(fake_gaudi):
+    metrics = importlib.import_module("habana_frameworks.torch.hpu.metrics")
+    from habana_frameworks.torch.hpu.metrics.exceptions import MetricNotFound
+
+    assert metrics.MetricNotFound is MetricNotFound
+    fake_gaudi.set_metric("graph_compilation", TotalNumber=3)
+    with metrics.metric_localcontext("graph_compilation") as local:
+        fake_gaudi.set_metric("graph_compilation", TotalNumber=4)  # one compilation inside the block
+    fake_gaudi.set_metric("graph_compilation", TotalNumber=6)
+    assert dict(local.stats())["TotalNumber"] == 1 and dict(metrics.metric_global("graph_compilation").stats())[
+        "TotalNumber"] == 6
+    assert metrics.metric_global("recipe_cache") is None
+    with (pytest.raises(MetricNotFound, match=r"Metric with given name \(recipe_cache\) doesn't exist."),
+          metrics.metric_localcontext("recipe_cache")):
+        pass
+
+
+def test_habana_dataloader_wrapper_forwards_no_attribute(fake_gaudi, capsys):
+    """Habana's HabanaDataLoader keeps its loader in `.dataloader` and forwards nothing: scripts reach through it."""
+    import habana_dataloader
+    from torch.utils.data import TensorDataset
+
+    loader = habana_dataloader.HabanaDataLoader(TensorDataset(torch.arange(6.0)), batch_size=4)
+    assert "Running with PyTorch Dataloader" in capsys.readouterr().out  # not an image folder: torch's loader
+    assert loader.dataloader.batch_size == 4 and [len(b[0]) for b in loader] == [4, 2] and len(loader) == 2
+    for name in ("batch_size", "sampler", "dataset", "fallback_activated"):
+        assert not hasattr(loader, name)
+
+
 # -- autocast and op lists -----------------------------------------------------------------------------------------
 def test_autocast_on_hpu_with_the_release_op_lists_replacing_the_defaults(tmp_path):
     lower = tmp_path / "lower.txt"

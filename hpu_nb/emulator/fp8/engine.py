@@ -8,8 +8,9 @@ state), exactly the path a Gaudi takes. What differs from a Gaudi is inference, 
 Inference: measuring hooks every selected module (INC's allowlist / blocklist rules) and records max |input|,
 |weight|, |output|; the measurement document is written in INC's format ("Mode": "DynamicRange", "Nodes"). Quantizing
 replaces each measured nn.Linear by Fp8QuantLinear: a static input scale from the measurement, the weight stored in
-float8, per-tensor scales by the config's scale method. What INC can do and this emulation cannot (per-channel or
-optimised scales, other observers, other module types) is refused by name.
+float8, per-tensor scales by the config's scale method as INC computes them on the emulated card's generation
+(numerics.inc_scale: Gaudi2's e4m3 full scale 240 and its 4 hardware-aligned scales, Gaudi3's 448). What INC can do
+and this emulation cannot (per-channel or optimised scales, other observers, other module types) is refused by name.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from hpu_nb.emulator.fp8.numerics import amax, quantize, scale_from_amax, scaled_mm
+from hpu_nb.emulator.fp8.numerics import INC_BACKOFF, amax, inc_scale, quantize, scaled_mm
 from hpu_nb.emulator.fp8.training import Fp8Linear, active_recipe, emulated_fp8_autocast, fp8_enabled  # noqa: F401
 from hpu_nb.runtime.fp8 import Fp8Engine, Fp8EngineError
 from hpu_nb.runtime.fp8.transformer_engine import TransformerEngineTraining
@@ -97,13 +98,12 @@ class Fp8QuantLinear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear, input_amax: float, scale_method: str) -> None:
         super().__init__()
         self.in_features, self.out_features, self.scale_method = linear.in_features, linear.out_features, scale_method
-        pow2 = scale_method in ("maxabs_hw", "maxabs_pow2")  # hardware-aligned scales are powers of two
-        unit = scale_method == "unit_scale"
         weight = linear.weight.detach()
-        one = torch.ones((), device=weight.device)
-        w_scale = one if unit else scale_from_amax(amax(weight), FP8_DTYPE, power_of_two=pow2)
+        # INC's scales (divisors, with its backoffs, on the emulated card's full scale and aligned scales), kept here
+        # as the multipliers quantize() and scaled_mm() take
+        w_scale = 1.0 / inc_scale(amax(weight), FP8_DTYPE, scale_method, INC_BACKOFF["weight"])
         in_amax = torch.tensor(input_amax, device=weight.device)
-        in_scale = one if unit else scale_from_amax(in_amax, FP8_DTYPE, power_of_two=pow2)
+        in_scale = 1.0 / inc_scale(in_amax, FP8_DTYPE, scale_method, INC_BACKOFF["input"])
         self.register_buffer("weight_fp8", quantize(weight, w_scale, FP8_DTYPE))
         self.register_buffer("weight_scale", w_scale)
         self.register_buffer("input_scale", in_scale)

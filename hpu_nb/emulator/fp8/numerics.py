@@ -26,17 +26,33 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-FP8_MAX = {
-    torch.float8_e4m3fn: torch.finfo(torch.float8_e4m3fn).max,
-    torch.float8_e5m2: torch.finfo(torch.float8_e5m2).max,
-}
+from hpu_nb.runtime.generations import Generation
+
+FP8_FORMATS = {torch.float8_e4m3fn: "E4M3", torch.float8_e5m2: "E5M2"}  # torch's dtype for each Gaudi fp8 format
 
 
-def fp8_max(dtype: torch.dtype) -> float:
+def emulated_generation() -> Generation:
+    """The emulated card's generation (HPU_NB_DEVICE's until the card starts): the fp8 full scales and hardware-aligned
+    scales are its own (runtime.generations owns them), as a Gaudi's are its generation's."""
+    from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- the card in force, read when asked (it may change)
+
+    return (hpu_device.card_config() if hpu_device.is_loaded() else hpu_device.config_from_environment()).generation
+
+
+def fp8_format(dtype: torch.dtype) -> str:
     try:
-        return float(FP8_MAX[dtype])
+        return FP8_FORMATS[dtype]
     except KeyError:
         raise ValueError(f"{dtype} is not an fp8 dtype; use torch.float8_e4m3fn or torch.float8_e5m2.") from None
+
+
+def fp8_max(dtype: torch.dtype, generation: Generation | None = None) -> float:
+    """The full scale of `dtype` on `generation` (default: the emulated card's): the largest value its fp8 holds and
+    scales aim at. e4m3 ends at 240 on Gaudi2 (INC's get_fullscale takes float8_e4m3fnuz's range there; the bridge's
+    quantizer and fp8 AdamW use 240) and at 448 on Gaudi3; e5m2 at 57344 on both. Values are stored as torch's
+    float8_e4m3fn, which holds every Gaudi2 e4m3 value in range."""
+    fmt = fp8_format(dtype)
+    return (generation or emulated_generation()).fp8_max(fmt)
 
 
 def amax(x: torch.Tensor) -> torch.Tensor:
@@ -47,16 +63,49 @@ def amax(x: torch.Tensor) -> torch.Tensor:
 
 
 def scale_from_amax(
-    amax_value: torch.Tensor, dtype: torch.dtype, margin: int = 0, power_of_two: bool = False
+    amax_value: torch.Tensor, dtype: torch.dtype, margin: int = 0
 ) -> torch.Tensor:
-    """fp8_max / amax / 2**margin (1 where amax is 0 or not finite); optionally rounded down to a power of two."""
+    """The transformer engine's scale (a multiplier: x * scale is cast): fp8_max / amax / 2**margin, fp8_max the
+    emulated card's full scale (1 where amax is 0 or not finite)."""
     amax_value = amax_value.float()
     ok = torch.isfinite(amax_value) & (amax_value > 0)
     scale = torch.where(ok, fp8_max(dtype) / amax_value.clamp(min=torch.finfo(torch.float32).tiny),
                         torch.ones_like(amax_value))
-    scale = scale / (2.0**margin)
-    if power_of_two:
-        scale = torch.exp2(torch.floor(torch.log2(scale)))
+    return scale / (2.0**margin)
+
+
+# Intel Neural Compressor's maxabs scale methods (fp8_quant/_core/scale_methods/scale_method_config.py): a tensor's
+# scale is a divisor (x / scale is cast), amax / (full scale * backoff), the backoff leaving weights half the range and
+# activations a quarter; maxabs_pow2 rounds it up to a power of two, maxabs_hw further to the card's hardware-aligned
+# scales (round_scales_function.py ScaleToHwAligned), maxabs_arbitrary keeps it.
+INC_BACKOFF = {"weight": 0.5, "input": 0.25}
+INC_SCALE_ROUNDING = {"maxabs_arbitrary": "none", "maxabs_pow2": "pow2", "maxabs_hw": "hw_aligned"}
+
+
+def inc_scale(
+    amax_value: torch.Tensor, dtype: torch.dtype, method: str, backoff: float, generation: Generation | None = None
+) -> torch.Tensor:
+    """INC's per-tensor fp8 scale (a divisor) for `method` ("maxabs_arbitrary" / "maxabs_pow2" / "maxabs_hw" or
+    "unit_scale") on `generation` (default: the emulated card's). hw_aligned: the power of two rounded up to a step of
+    the card's aligned scales (Gaudi2's 16, 1, 1/16, 1/256 are 16**k; Gaudi3's every power of two) and clamped to
+    their range. An amax of 0 or not finite gives 1 (INC would divide by 0; any scale casts zeros alike)."""
+    if method == "unit_scale":
+        return torch.ones_like(amax_value.float())
+    if method not in INC_SCALE_ROUNDING:
+        raise ValueError(f"scale method {method!r}: the emulated Gaudi computes {['unit_scale', *INC_SCALE_ROUNDING]}.")
+    generation = generation or emulated_generation()
+    amax_value = amax_value.float()
+    ok = torch.isfinite(amax_value) & (amax_value > 0)
+    scale = torch.where(ok, amax_value / (generation.fp8_max(fp8_format(dtype)) * backoff), torch.ones_like(amax_value))
+    rounding = INC_SCALE_ROUNDING[method]
+    if rounding == "none":
+        return scale
+    scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    if rounding == "hw_aligned":
+        aligned = generation.fp8_hw_scales(fp8_format(dtype))
+        exponents = sorted(round(math.log2(s)) for s in aligned)
+        step = exponents[1] - exponents[0] if len(exponents) > 1 else 1
+        scale = torch.exp2(torch.ceil(torch.log2(scale) / step) * step).clamp(min(aligned), max(aligned))
     return scale
 
 
@@ -139,6 +188,26 @@ def fused_rounding_kernel() -> Callable[..., float] | None:
     return _fused_kernel
 
 
+@torch.library.custom_op("hpu_nb::fp8_round_amax", mutates_args=("out",))
+def traceable_round_amax(x: torch.Tensor, scale: float, mantissa_bits: int, min_normal_exponent: int, fp8_max: float,
+                         out: torch.Tensor) -> torch.Tensor:
+    """`torch.ops.hpu_emu.fp8_round_amax` as torch.compile can trace it: the C++ op is registered as a catch-all
+    (CompositeImplicitAutograd) kernel, to which torch lets no fake / meta kernel be added, so under FakeTensorMode it
+    would run its C++ body on data-less tensors ("RuntimeError when making fake tensor call"). This op calls it and
+    returns the amax as a 0-dim float32 tensor; its fake kernel (below) says only that shape. Eager calls skip it."""
+    kernel = fused_rounding_kernel()
+    if kernel is None:
+        raise RuntimeError("hpu_nb::fp8_round_amax needs the emulated device's library (torch.ops.hpu_emu).")
+    return torch.tensor(kernel(x, scale, mantissa_bits, min_normal_exponent, fp8_max, out), dtype=torch.float32)
+
+
+@traceable_round_amax.register_fake
+def _fake_round_amax(x: torch.Tensor, scale: float, mantissa_bits: int, min_normal_exponent: int, fp8_max: float,
+                     out: torch.Tensor) -> torch.Tensor:
+    """`out` is written in place (x's shape, float32: checked by the kernel); the amax is a float32 scalar tensor."""
+    return torch.empty((), dtype=torch.float32)
+
+
 class _FusedRounding:
     enabled = True  # False inside torch_rounding_passes()
 
@@ -172,11 +241,12 @@ def quantize_with_amax(
         if (out is None or out.shape != x.shape or out.dtype != torch.float32 or out.device != x.device
                 or not out.is_contiguous()):
             out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        args = (x.detach(), to_float32(float(scale)), MANTISSA_BITS[dtype], MIN_NORMAL_EXPONENT[dtype], fp8_max(dtype))
+        if torch.compiler.is_compiling():  # traced: the op with a fake kernel (the amax is read after the graph)
+            return out, float(traceable_round_amax(*args, out))
         kernel = fused_rounding_kernel()
         assert kernel is not None
-        x_amax = kernel(x.detach(), to_float32(float(scale)), MANTISSA_BITS[dtype], MIN_NORMAL_EXPONENT[dtype],
-                        fp8_max(dtype), out)
-        return out, x_amax
+        return out, kernel(*args, out)
     x_amax = amax_value(x) if need_amax else None
     return quantize_to_grid(x, scale, dtype, x_amax, scratch=scratch, out=out), x_amax
 

@@ -115,7 +115,8 @@ def _resnet_loader(kwargs: dict[str, Any]) -> tuple[str, _FolderLoader]:
 
 
 class HabanaDataLoader:
-    """Habana's loader: `kind` is "media", "aeon" or "torch" (the fall-back); `shuffle` what it decided."""
+    """Habana's loader: `kind` is "media", "aeon" or "torch" (the fall-back); `shuffle` what it decided (both for the
+    tests). Like Habana's wrapper it forwards no attribute to its `dataloader`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.arguments = dict(kwargs)
@@ -129,11 +130,18 @@ class HabanaDataLoader:
             except (ValueError, ImportError) as err:
                 print(f"Failed to initialize Habana Dataloader, error: {err}\nRunning with PyTorch Dataloader")
                 self.kind = "torch"
+        else:  # Habana calls its loader type, None for such a dataset, and catches the TypeError
+            print("Failed to initialize Habana Dataloader, error: 'NoneType' object is not callable\n"
+                  "Running with PyTorch Dataloader")
         self.dataloader = loader if loader is not None else DataLoader(*args, **kwargs)
         BUILT.append(self)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.dataloader)
+        self.iter = iter(self.dataloader)
+        return self  # type: ignore[return-value]  # as Habana's: the loader is its own iterator
+
+    def __next__(self) -> Any:
+        return next(self.iter)
 
     def __len__(self) -> int:
         return len(self.dataloader)

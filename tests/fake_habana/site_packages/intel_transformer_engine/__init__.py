@@ -15,13 +15,15 @@ from habana_frameworks._fake import recorded as _recorded
 from intel_transformer_engine import fp8, recipe  # noqa: F401
 from intel_transformer_engine.fp8 import FP8GlobalStateManager
 
-_FP8_MAX = {"E4M3": 240.0, "E5M2": 57344.0}  # Gaudi2's E4M3 range is +-240
+# The full scale of each format by device: Gaudi2's E4M3 range is +-240 (the fnuz variant, as INC's get_fullscale and
+# the bridge's quantizer have it), Gaudi3's +-448; E5M2's 57344 on both.
+_FP8_MAX = {"GAUDI2": {"E4M3": 240.0, "E5M2": 57344.0}, "GAUDI3": {"E4M3": 448.0, "E5M2": 57344.0}}
 
 
 def _through_fp8(x, fmt):
     dtype = torch.float8_e4m3fn if fmt == "E4M3" else torch.float8_e5m2
     amax = (x.detach().abs().max() if x.numel() else x.new_zeros(())).float().clamp(min=1e-12)
-    scale = _FP8_MAX[fmt] / amax
+    scale = _FP8_MAX[_STATE.config.device_name.upper()][fmt] / amax
     return (x.float() * scale).to(dtype).float() / scale
 
 

@@ -1,10 +1,15 @@
 """habana_frameworks.torch.core.quantizer, emulated: Habana's quantizer for PT2E quantization.
 
-`habana_quantizer()` (a PT2E `Quantizer`: `.set_global(config)`, `.annotate(graph_module)`) annotates the linear,
-matmul, conv2d and max_pool2d operators of an exported graph for per-tensor symmetric quantization, and
-`habana_quant_config_symmetric(dtype)` gives its configuration: activations and weights observed by
-`core.observer.AbsMaxObserver` (eps 2**-12, backoff margin 2 for activations and 1 for weights), ranges from
-`QUANTIZER_MIN_MAX` (int8 -128..127; fp8 -240..240, Gaudi's float8 range), bias left in float. Names, arguments and
+`habana_quantizer()` (a PT2E `Quantizer`: `.set_global(config)`, `.annotate(graph_module)`) annotates an exported
+graph for per-tensor symmetric quantization by Habana's rule: the source partitions (the module or function each node
+came from, as torch records it) of nn.Linear / F.linear, torch.matmul, nn.Conv2d and nn.MaxPool2d. Measured on torch
+2.13 with torch.export's default (non-strict) capture: the calls of Linear, Conv2d and MaxPool2d modules are recorded,
+function calls (torch.matmul, `@`, F.linear) are not, so those stay float, on a Gaudi too; conv / pool are the one-node
+aten.conv2d / aten.max_pool2d of today's export IR (taken too: Habana's 1.19 code expects torch 2.5's
+aten.convolution / max_pool2d_with_indices). `habana_quant_config_symmetric(dtype)` gives its configuration:
+activations and weights observed by `core.observer.AbsMaxObserver` (eps 2**-12, backoff margin 2 for activations and
+1 for weights), ranges from `QUANTIZER_MIN_MAX` (int8 -128..127; fp8 -240..240, Gaudi's float8 range), bias left in
+float. Names, arguments and
 annotations are Habana's (gaudi-pytorch-bridge 1.19); torch's `prepare_pt2e` / `convert_pt2e` then run on the
 emulated `hpu` as on the CPU.
 
@@ -71,30 +76,39 @@ def _build() -> dict[str, Any]:
     QuantizationSpec = quantizer_mod.QuantizationSpec
     SharedQuantizationSpec = quantizer_mod.SharedQuantizationSpec
     QuantizationConfig = configs.QuantizationConfig
+    from torch.fx.passes.utils.source_matcher_utils import get_source_partitions  # noqa: PLC0415 -- with PT2E only
     get_input_act_qspec, get_output_act_qspec = utils.get_input_act_qspec, utils.get_output_act_qspec
     get_weight_qspec, get_bias_qspec = utils.get_weight_qspec, utils.get_bias_qspec
     aten = torch.ops.aten
-    linear_ops = (aten.linear.default,)
-    conv_ops = (aten.conv2d.default, aten.convolution.default)  # torch.export's IR / older captures
-    matmul_ops = (aten.matmul.default,)
-    pool_ops = (aten.max_pool2d.default, aten.max_pool2d_with_indices.default)
+    conv_ops = (aten.convolution.default, aten.conv2d.default)  # torch <= 2.5's export IR / today's training IR
+    pool_ops = (aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
 
-    def nodes(gm: torch.fx.GraphModule, targets: tuple[Any, ...]) -> list[torch.fx.Node]:
-        return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets]
+    def partitions(gm: torch.fx.GraphModule, sources: list[Any]) -> list[Any]:
+        """The graph's source partitions of these modules / functions (torch records where each node came from)."""
+        return [p for group in get_source_partitions(gm.graph, sources).values() for p in group]
 
-    def mark_annotated(node: torch.fx.Node) -> None:
-        node.meta.setdefault("quantization_annotation", QuantizationAnnotation())
-        node.meta["quantization_annotation"]._annotated = True
+    def mark_annotated(nodes: list[torch.fx.Node]) -> None:
+        for node in nodes:
+            node.meta.setdefault("quantization_annotation", QuantizationAnnotation())
+            node.meta["quantization_annotation"]._annotated = True
 
-    def is_annotated(node: torch.fx.Node) -> bool:
-        return "quantization_annotation" in node.meta and node.meta["quantization_annotation"]._annotated
+    def is_annotated(nodes: list[torch.fx.Node]) -> bool:
+        return any("quantization_annotation" in n.meta and n.meta["quantization_annotation"]._annotated for n in nodes)
+
+    def annotate_operand(partition: Any, operand: torch.fx.Node, qspec: Any) -> None:
+        """The spec of `operand` where the partition's first node reading it takes it in."""
+        user = next((n for n in partition.nodes if n in operand.users), None)
+        if user is None:
+            raise ValueError("Could not find a user within source partition.")
+        annotate_input(user, operand, qspec)
 
     class habana_quantizer(quantizer_mod.Quantizer):
         """Habana's PT2E quantizer: set a global QuantizationConfig, then annotate an exported graph.
 
-        Habana finds the operators by source partitions, which only strict captures record (torch.export's default,
-        non-strict, does not: nothing would be annotated); here they are found by their aten operators, one node
-        each, with the same specs on the same operands."""
+        As Habana's, it finds what to quantize by source partition (the module or function each node came from):
+        nn.Linear / F.linear, torch.matmul, nn.Conv2d / F.conv2d, nn.MaxPool2d / F.max_pool2d. A matmul written
+        `x @ y`, or one torch's export does not record as torch.matmul (non-strict export, torch's default, records
+        the module calls but not torch.matmul), is left in float, on a Gaudi as here."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -117,8 +131,13 @@ def _build() -> dict[str, Any]:
             return model  # softmax: Habana has the annotator but leaves it off
 
         def _annotate_conv2d(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            for conv in nodes(gm, conv_ops):
-                if is_annotated(conv):
+            for partition in partitions(gm, [torch.nn.Conv2d, torch.nn.functional.conv2d]):
+                if len(partition.output_nodes) > 1:
+                    raise ValueError("conv partition has more than one output node")
+                conv = partition.output_nodes[0]
+                if conv.op != "call_function" or conv.target not in conv_ops:
+                    raise ValueError(f"{conv} is not an aten conv2d operator")
+                if is_annotated([conv]):
                     continue
                 qspecs = {conv.args[0]: get_input_act_qspec(config), conv.args[1]: get_weight_qspec(config)}
                 if len(conv.args) > 2 and isinstance(conv.args[2], torch.fx.Node):
@@ -127,42 +146,47 @@ def _build() -> dict[str, Any]:
                     input_qspec_map=qspecs, output_qspec=get_output_act_qspec(config), _annotated=True)
 
         def _annotate_linear(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            for linear in nodes(gm, linear_ops):
-                if is_annotated(linear):
+            for partition in partitions(gm, [torch.nn.Linear, torch.nn.functional.linear]):
+                weight = bias = None
+                for param in partition.params:  # the module's parameters: the weight is 2-d, the bias 1-d
+                    ndim = gm.get_parameter(param.target).ndim if param.op == "get_attr" else -1
+                    weight, bias = (param, bias) if ndim == 2 else (weight, param if ndim == 1 else bias)
+                if weight is None:
+                    logger.warning("No weight found in Linear pattern (its parameters are not in its source partition,"
+                                   " as torch.export's non-strict capture records it: this Linear stays float, on a"
+                                   " Gaudi too)")
                     continue
-                act, weight = linear.args[:2]
-                annotate_input(linear, act, get_input_act_qspec(config))
-                annotate_input(linear, weight, get_weight_qspec(config))
-                if len(linear.args) > 2 and isinstance(linear.args[2], torch.fx.Node):
-                    annotate_input(linear, linear.args[2], get_bias_qspec(config))
-                annotate_output(linear, get_output_act_qspec(config))
-                mark_annotated(linear)
+                annotate_operand(partition, partition.input_nodes[0], get_input_act_qspec(config))
+                annotate_operand(partition, weight, get_weight_qspec(config))
+                if bias is not None:
+                    annotate_operand(partition, bias, get_bias_qspec(config))
+                if not is_annotated([partition.output_nodes[0]]):
+                    annotate_output(partition.output_nodes[0], get_output_act_qspec(config))
+                mark_annotated(list(partition.nodes))
 
         def _annotate_matmul(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            for matmul in nodes(gm, matmul_ops):
-                if is_annotated(matmul):
-                    continue
-                for operand in matmul.args[:2]:
-                    annotate_input(matmul, operand, get_input_act_qspec(config))
-                annotate_output(matmul, get_output_act_qspec(config))
-                mark_annotated(matmul)
+            for partition in partitions(gm, [torch.matmul]):
+                for operand in partition.input_nodes[:2]:
+                    annotate_operand(partition, operand, get_input_act_qspec(config))
+                if not is_annotated([partition.output_nodes[0]]):
+                    annotate_output(partition.output_nodes[0], get_output_act_qspec(config))
+                mark_annotated(list(partition.nodes))
 
         def _annotate_maxpool2d(self, gm: torch.fx.GraphModule, config: Any) -> None:
-            for pool in nodes(gm, pool_ops):
-                if is_annotated(pool):
+            for partition in partitions(gm, [torch.nn.MaxPool2d, torch.nn.functional.max_pool2d]):
+                output = partition.output_nodes[0]
+                pool = next((n for n in partition.nodes if n.target in pool_ops), None)
+                if pool is None or is_annotated([output, pool]):
                     continue
                 source = pool.args[0]
-                if pool.target == aten.max_pool2d.default:  # one node: its output shares its input's parameters
+                shared = SharedQuantizationSpec((source, pool))  # the output keeps its input's parameters
+                if output is pool:  # one node (aten.max_pool2d): it takes the input spec and gives the shared one
                     pool.meta["quantization_annotation"] = QuantizationAnnotation(
-                        input_qspec_map={source: get_input_act_qspec(config)},
-                        output_qspec=SharedQuantizationSpec((source, pool)), _annotated=True)
+                        input_qspec_map={source: get_input_act_qspec(config)}, output_qspec=shared, _annotated=True)
                     continue
-                output = next((u for u in pool.users if u.args[1:] == (0,)), None)  # the values' getitem
                 pool.meta["quantization_annotation"] = QuantizationAnnotation(
                     input_qspec_map={source: get_input_act_qspec(config)}, _annotated=True)
-                if output is not None and not is_annotated(output):
-                    output.meta["quantization_annotation"] = QuantizationAnnotation(
-                        output_qspec=SharedQuantizationSpec((source, pool)), _annotated=True)
+                output.meta["quantization_annotation"] = QuantizationAnnotation(output_qspec=shared, _annotated=True)
 
         def validate(self, model: torch.fx.GraphModule) -> None:
             """Every annotated graph is accepted (as Habana's)."""

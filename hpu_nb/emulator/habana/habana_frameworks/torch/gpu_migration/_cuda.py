@@ -379,7 +379,8 @@ def _grad_scaler_methods() -> dict[str, Any]:
                     "backoff_factor": backoff_factor, "growth_interval": growth_interval, "enabled": enabled}
             if self.migrated_as == "torch.cuda.amp.GradScaler":
                 del args["device"]  # not an argument of that spelling
-            LOG.record(HPU_MODIFIED, f"{self.migrated_as}.__init__", args, "set enabled to False")
+            # as Habana's toolkit logs it (Model-References' gpu_migration logs): hpu_match, and its spelling
+            LOG.record(HPU_MATCH, f"{self.migrated_as}.__init__", args, "set enabled to Flase")
             enabled = False
         original_init(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
 
@@ -413,7 +414,7 @@ def _typed_tensor(name: str, dtype: torch.dtype) -> type:
     this one builds float64, as CUDA's does.)"""
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor:
-        LOG.record(HPU_MODIFIED, f"torch.cuda.{name}.__new__", {"args": args, "kwargs": kwargs},
+        LOG.record(HPU_MODIFIED, "torch.cuda.__new__", {"args": args, "kwargs": kwargs},  # Habana's log names no type
                    f"torch.{name}(args={args}, kwargs={{}}).to(hpu)")
         return getattr(torch, name)(*args, **kwargs).to("hpu")
 

@@ -2,14 +2,18 @@
 read for behaviour, not copied): `init_process_group("nccl")` or with no backend runs on "hccl"; `new_group` with a
 backend naming nccl / cuda gets hccl / hpu; `get_backend()` answers "nccl" where the group runs HCCL (CUDA code checks
 `backend in ("gloo", "nccl")`); `is_nccl_available()` is True where HCCL imports; `barrier(device_ids=...)` drops the
-ids (an NCCL-only argument). Unlike Habana's 1.19 toolkit, every other argument (device_id included) is passed on.
+ids (an NCCL-only argument); `DistributedDataParallel(..., device_ids=..., output_device=...)` has both set to None.
+Unlike Habana's 1.19 toolkit, every other argument (device_id included) is passed on.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from habana_frameworks.torch.gpu_migration._log import HPU_MATCH, LOG
 
@@ -66,3 +70,26 @@ def install(replace: Callable[[Any, str, Any], None]) -> None:
 
     for function in (init_process_group, new_group, get_backend, is_nccl_available, barrier):
         replace(dist, function.__name__, function)
+    replace(torch.nn.parallel.DistributedDataParallel, "__init__", _ddp_init())
+
+
+def _ddp_init() -> Callable[..., None]:
+    """DistributedDataParallel(module, device_ids=[local_rank], ...) as Habana's toolkit runs it: CUDA's device ids
+    (and output device) set to None, a Gaudi process driving its one card; logged as Habana's logs show it
+    (Model-References' gpu_migration logs: every argument, the module written `module`)."""
+    original_init = torch.nn.parallel.DistributedDataParallel.__init__
+    signature = inspect.signature(original_init)
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        if bound.arguments.get("device_ids") is not None or bound.arguments.get("output_device") is not None:
+            shown = {name: "module" if name == "module" else value for name, value in bound.arguments.items()
+                     if name != "self"}
+            LOG.record(HPU_MATCH, "torch.nn.parallel.DistributedDataParallel.__init__", shown,
+                       "change device_ids and output_device to None")
+            bound.arguments["device_ids"] = bound.arguments["output_device"] = None
+        original_init(*bound.args, **bound.kwargs)
+
+    return __init__

@@ -31,7 +31,8 @@ HPU_MISMATCH = "hpu_mismatch"  # no Gaudi equivalent: it does nothing, or refuse
 LEVEL_ENV = "GPU_MIGRATION_LOG_LEVEL"
 _COLORS = {HPU_MATCH: "\033[92m", HPU_MODIFIED: "\033[93m", HPU_MISMATCH: "\033[94m"}
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+# torch's folder as its frames name it (a virtual environment reached through a symbolic link) and resolved
+_TORCH_DIRS = tuple({str(Path(torch.__file__).parent), str(Path(torch.__file__).resolve().parent)})
 
 
 def format_args(args: dict[str, Any] | None) -> str:
@@ -93,7 +94,7 @@ class MigrationLog:
         if frame is None:
             return None
         filename = frame.f_code.co_filename
-        if self.level != "1" and filename.startswith(_TORCH_DIR):
+        if self.level != "1" and filename.startswith(_TORCH_DIRS):
             return None
         return filename, frame.f_lineno
 

@@ -84,7 +84,7 @@ def _tensor_methods() -> dict[str, Any]:
     def type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         """As Habana's: a "torch.cuda.<T>Tensor" / "torch.hpu.<T>Tensor" type (or torch.cuda.<T>Tensor) casts onto
         hpu; asked for its type, a tensor on hpu answers "torch.cuda.<T>Tensor" (CUDA code checks it)."""
-        args = {"dtype": dtype, "non_blocking": non_blocking, **kwargs}
+        args = {"dtype": dtype, "non_blocking": non_blocking, "kwargs": kwargs}  # as Habana's log: kwargs={}
         target = getattr(dtype, "tensor_type", None)
         if isinstance(dtype, str) and dtype.startswith(("torch.cuda.", "torch.hpu.")):
             target = TYPED_DTYPES.get(dtype.rsplit(".", 1)[-1])

@@ -467,14 +467,18 @@ def const_section_serialization_settings() -> tuple[str, bool, bool]:
 # -- legacy tensor types: hthpu.FloatTensor([...]) and the like, as the bridge makes them -----------------------------
 def _create_tensor_alias(name: str, dtype: torch.dtype) -> type:
     """A torch.Tensor subclass whose constructor copies its data to a new tensor of `dtype` on `hpu` (like
-    torch.tensor); a `device` or `dtype` keyword other than those is refused with Habana's message."""
+    torch.tensor); a `device` or `dtype` keyword other than those is refused with Habana's message. As in the bridge's
+    hpu/__init__.py, the device keyword is compared with the string "hpu": "hpu:0" and torch.device("hpu") are refused
+    too (on a Gaudi as here; the message adds how to write it)."""
 
     class TypeFabric(torch.Tensor):
         @staticmethod
         def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
             device = kwargs.get("device")
-            if device is not None and torch.device(device).type != "hpu":
-                raise RuntimeError(f"legacy constructor expects device type: hpu but device type: {device} was passed")
+            if device is not None and device != "hpu":
+                raise RuntimeError(f"legacy constructor expects device type: hpu but device type: {device} was passed"
+                                   f" (Habana's legacy constructors accept only the string device='hpu', not"
+                                   f" {device!r}: pass device='hpu' or leave it out)")
             requested = kwargs.get("dtype")
             if requested is not None and requested != dtype:
                 raise RuntimeError(f"legacy constructor expects dtype: {dtype} but dtype: {requested} was passed")

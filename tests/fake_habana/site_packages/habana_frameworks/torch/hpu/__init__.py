@@ -282,6 +282,41 @@ def get_dynamic_shape_status():
     return _dynamic_shapes
 
 
+# -- legacy tensor types (hthpu.LongTensor([...])), as the bridge's hpu/__init__.py makes them: the device keyword is
+# compared with the string "hpu", so "hpu:0" and torch.device("hpu") are refused with its message.
+def _create_tensor_alias(name, dtype):
+    import torch
+
+    class TypeFabric(torch.Tensor):
+        @staticmethod
+        def __new__(cls, *args, **kwargs):
+            _STATE.calls.record(f"{__name__}.{name}", args, kwargs)
+            device = kwargs.get("device")
+            if device is not None and device != "hpu":
+                raise RuntimeError(f"legacy constructor expects device type: hpu but device type: {device} was passed")
+            requested = kwargs.get("dtype")
+            if requested is not None and requested != dtype:
+                raise RuntimeError(f"legacy constructor expects dtype: {dtype} but dtype: {requested} was passed")
+            kwargs["device"], kwargs["dtype"] = "hpu", dtype
+            return torch.Tensor._make_subclass(cls, torch.tensor(*args, **kwargs))
+
+    TypeFabric.__name__ = TypeFabric.__qualname__ = name
+    return TypeFabric
+
+
+def _legacy_types():
+    import torch
+
+    dtypes = {"BFloat16Tensor": torch.bfloat16, "BoolTensor": torch.bool, "ByteTensor": torch.uint8,
+              "CharTensor": torch.int8, "DoubleTensor": torch.float64, "FloatTensor": torch.float32,
+              "HalfTensor": torch.float16, "IntTensor": torch.int32, "LongTensor": torch.int64,
+              "ShortTensor": torch.int16}
+    return {name: _create_tensor_alias(name, dtype) for name, dtype in dtypes.items()}
+
+
+globals().update(_legacy_types())
+
+
 # -- HPU graphs: in lazy mode only, like Habana's module (it imports .graphs only when is_lazy()). Every call is
 # recorded; the work is done as the emulated device does it (capture records ops, replay re-runs them), so tests on
 # the fake train for real.

@@ -16,11 +16,18 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from habana_frameworks.torch.hpu.metrics.exceptions import (
+    InvalidMetricDumpFileFormat,
+    InvalidMetricDumpTrigger,
+    MetricNotFound,
+)
+
 from hpu_nb.emulator import graph_compiler
 from hpu_nb.runtime.env import is_true
 
 __emulated__ = True
-__all__ = ["metric_global", "metric_localcontext", "metrics_dump"]
+__all__ = ["InvalidMetricDumpFileFormat", "InvalidMetricDumpTrigger", "MetricNotFound", "metric_global",
+           "metric_localcontext", "metrics_dump"]
 CACHE_METRICS_ENV = "PT_HPU_ENABLE_CACHE_METRICS"
 
 
@@ -36,11 +43,15 @@ _SEES = {
 
 
 class Metric:
-    """One of Habana's metrics: `name()`, `stats()` -> [(tag, value), ...], `reset()`."""
+    """One of Habana's metrics: `name()`, `stats()` -> [(tag, value), ...], `reset()`, `start()`, `stop()`.
+
+    It counts from when it is made (Habana's subscribe to their events in __init__) until `stop()`; `start()` counts
+    again from then on (what happened while stopped is not counted), `reset()` sets the counts to 0."""
 
     def __init__(self, name: str, baseline: dict[str, Any] | None = None) -> None:
         self._name = name
         self._baseline = baseline or {}
+        self._stopped_at: dict[str, Any] | None = None  # the counters when stop() was called, while stopped
 
     def name(self) -> str:
         return self._name
@@ -58,8 +69,11 @@ class Metric:
             return {"TotalNumber": 0, "FallbackOps": {}}
         return {"TotalNumber": 0, "TotalSuccessful": 0, "AvgTime": 0, "MaxTime": 0}
 
+    def _counted(self) -> dict[str, Any]:
+        return self._stopped_at if self._stopped_at is not None else self._current()
+
     def stats(self) -> list[tuple[str, Any]]:
-        current = self._current()
+        current = self._counted()
         out = {}
         for tag, value in current.items():
             base = self._baseline.get(tag, 0)
@@ -69,13 +83,22 @@ class Metric:
         return list(out.items())
 
     def reset(self) -> None:
-        self._baseline = dict(self._current())
+        self._baseline = dict(self._counted())
 
     def start(self) -> None:
-        pass
+        """Count again (a no-op while counting): what happened since stop() is left out."""
+        if self._stopped_at is None:
+            return
+        now = self._current()
+        for tag, value in now.items():
+            if isinstance(value, (int, float)):
+                self._baseline[tag] = self._baseline.get(tag, 0) + value - self._stopped_at.get(tag, 0)
+        self._stopped_at = None
 
     def stop(self) -> None:
-        pass
+        """Stop counting: stats() keep what was counted until now."""
+        if self._stopped_at is None:
+            self._stopped_at = self._current()
 
     def what_it_sees(self) -> str:
         """What this metric counts on the emulated Gaudi, and what it cannot see (emulated Gaudi only)."""
@@ -104,12 +127,16 @@ def metric_global(name: str) -> Metric | None:
 
 @contextlib.contextmanager
 def metric_localcontext(name: str) -> Iterator[Metric]:
-    """A metric that counts only what happens inside the block."""
+    """A metric that counts only what happens inside the block (stopped when it ends: read it afterwards, it keeps
+    the block's counts). An unknown name raises MetricNotFound, as Habana's (metric_global returns None)."""
     if name not in _known():
-        raise KeyError(f"Metric with given name ({name}) doesn't exist.")
+        raise MetricNotFound(f"Metric with given name ({name}) doesn't exist.")
     metric = Metric(name)
     metric.reset()
-    yield metric
+    try:
+        yield metric
+    finally:
+        metric.stop()
 
 
 def metrics_dump(file_name: str, format: str = "json") -> None:
