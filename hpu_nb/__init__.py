@@ -49,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "is_out_of_memory": "hpu_nb.runtime",
     "HPUNotAvailableError": "hpu_nb.runtime",
     "get_backend": "hpu_nb.runtime",
+    "plan": "hpu_nb.plan",
+    "plan_batch_sizes": "hpu_nb.plan",
+    "Plan": "hpu_nb.plan",
 }
 _SUBPACKAGES = ("runtime", "core", "traces", "notebook", "fabric", "pytorch_lightning", "lightning_fabric")
 
