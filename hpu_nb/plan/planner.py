@@ -321,13 +321,21 @@ def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel,
         # DeepSpeed's engine holds 2-byte weights and casts its inputs (Lightning's DeepSpeedPrecision); fp8 runs its
         # fp8 layers under fp8 autocast and the rest in bf16 (hpu_nb.core.strategies.deepspeed_precision).
         param_dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
-        context = "fp8" if precision == "fp8" else "32-true"  # "32-true": no autocast, the weights are 2-byte
+        context = "32-true"  # no autocast: the weights themselves are 2-byte
 
     def forward() -> contextlib.AbstractContextManager[Any]:
         return autocast_context(context)
-    prepare = _fp8_layers if precision == "fp8" else None
+
+    notes = list(notes)
+    if precision == "fp8":
+        # The fp8 layers keep their scales as host values (a Gaudi reads amax back each step; so does the emulated
+        # engine), which fake tensors have no value for: the step is traced with bf16 autocast, as fp8 runs every
+        # op outside its fp8 layers; the fp8 layers' own casts and scale history are not in the trace.
+        context = "32-true" if sharding.kind == "deepspeed" else "bf16-mixed"  # DeepSpeed: bf16 weights, no autocast
+        notes.append("fp8: traced as bf16-mixed (fp8 layers read their scaling factors as host values, which fake "
+                     "tensors do not have); the fp8 layers' casts and scale history are not counted.")
     trace = trace_step(model, batch, device=device, forward_context=forward, scale_loss=precision == "16-mixed",
-                       param_dtype=param_dtype, prepare=prepare, batch_size=size)
+                       param_dtype=param_dtype, batch_size=size)
     compute_bytes = 4 if precision == "32-true" else 2
     breakdown, host, method = per_card(trace, sharding, compute_bytes)
     breakdown = {key: int(breakdown.get(key, 0)) for key in BREAKDOWN_KEYS}
@@ -349,12 +357,6 @@ def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel,
         step_time_s=step_time_range(gen, precision, trace.flops, trace.traffic_bytes, communication, mfu),
         mfu_band=mfu, method=method, notes=all_notes,
     )
-
-
-def _fp8_layers(model: nn.Module) -> nn.Module:
-    from hpu_nb.core.fp8 import convert_modules  # noqa: PLC0415 -- lazy: the fp8 engine
-
-    return convert_modules(model, replace_layers=True)
 
 
 def generations() -> dict[str, Generation]:
