@@ -49,6 +49,7 @@ class StepTrace:
     optimizer_states_per_element: float  # optimizer state tensors per trainable element (Adam: 2)
     largest_module_elements: int  # the largest module's own parameters (DeepSpeed's "largest layer")
     largest_block_elements: int  # the largest repeated block (a ModuleList's child): FSDP's wrapping unit
+    param_sizes: list[int] = field(default_factory=list)  # elements of each trainable parameter (ZeRO-3 persistence)
     host_bytes: int = 0  # state the optimizer keeps on the host (e.g. Adam's `step` counters)
     notes: list[str] = field(default_factory=list)
 
@@ -323,6 +324,7 @@ def trace_step(
             optimizer_states_per_element=state_elements / elements if elements else 0.0,
             largest_module_elements=int(largest_own),
             largest_block_elements=int(largest_block),
+            param_sizes=[int(p.numel()) for p in trainable],
             host_bytes=int(host.get("Total", 0)),
         )
 

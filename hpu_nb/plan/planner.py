@@ -338,6 +338,8 @@ def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel,
                        param_dtype=param_dtype, batch_size=size)
     compute_bytes = 4 if precision == "32-true" else 2
     breakdown, host, method = per_card(trace, sharding, compute_bytes)
+    if precision == "fp8":
+        method += "; fp8 traced as bf16-mixed (the fp8 layers' own buffers are not counted)"
     breakdown = {key: int(breakdown.get(key, 0)) for key in BREAKDOWN_KEYS}
     communication = _communication_bytes(sharding, trace, compute_bytes)
     all_notes = [

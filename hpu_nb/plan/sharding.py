@@ -29,6 +29,12 @@ class StrategyModel:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     shard_parameters: bool = True  # FSDP: FULL_SHARD (True) or SHARD_GRAD_OP (False)
+    # DeepSpeed's buffers: Lightning's DeepSpeedStrategy defaults (contiguous_gradients, overlap_comm,
+    # reduce_bucket_size=2e8) and DeepSpeed's stage-3 param_persistence_threshold (1e5: smaller tensors stay whole)
+    reduce_bucket_size: int = 200_000_000
+    overlap_comm: bool = True
+    contiguous_gradients: bool = True
+    persistence_threshold: int = 100_000
 
     @property
     def label(self) -> str:
@@ -89,7 +95,11 @@ def _model_of_object(strategy: Any, world: int) -> StrategyModel:
         offload_optimizer = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
         offload_parameters = (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme")
         return StrategyModel("deepspeed", world, stage=stage, offload_optimizer=offload_optimizer,
-                             offload_parameters=offload_parameters and stage == 3)
+                             offload_parameters=offload_parameters and stage == 3,
+                             reduce_bucket_size=int(zero.get("reduce_bucket_size", 200_000_000)),
+                             overlap_comm=bool(zero.get("overlap_comm", True)),
+                             contiguous_gradients=bool(zero.get("contiguous_gradients", True)),
+                             persistence_threshold=int(zero.get("stage3_param_persistence_threshold", 100_000)))
     if isinstance(strategy, FSDPStrategy):
         kind = str(getattr(strategy, "sharding_strategy", "FULL_SHARD")).rsplit(".", 1)[-1].upper()
         if kind == "NO_SHARD":
@@ -135,7 +145,7 @@ def per_card(trace: StepTrace, model: StrategyModel, compute_bytes: int) -> tupl
 
 def deepspeed_model_states(psi: int, largest_layer: int, n: int, stage: int, *, low_precision: bool,
                            optimizer_states: float, offload_optimizer: bool = False,
-                           offload_parameters: bool = False) -> tuple[dict[str, int], int]:
+                           offload_parameters: bool = False, persistent: int = 0) -> tuple[dict[str, int], int]:
     """(per-card model-state bytes by category, host bytes): DeepSpeed's own estimators' rule
     (deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs, stage3.estimate_zero3_...; they
     price stages 1 and 2 alike), with the optimizer's state count traced rather than assumed Adam's.
@@ -144,7 +154,8 @@ def deepspeed_model_states(psi: int, largest_layer: int, n: int, stage: int, *, 
     gathered with its gradient, DeepSpeed's "4 × largest_layer_params"); the partition each card owns holds its
     2-byte gradients (not in ZeRO-3, where they go with the gathered layer), 4-byte fp32 gradients, a 4-byte fp32
     master copy and 4 bytes per optimizer state (Adam: DeepSpeed's "18 × params / gpus"). In float32 the master copy
-    is the parameters themselves and the gradients are 4-byte. Offloaded parts are host bytes.
+    is the parameters themselves and the gradients are 4-byte. Offloaded parts are host bytes. `persistent`: ZeRO-3's
+    elements in tensors under param_persistence_threshold, which every card keeps whole (the estimators leave them out).
     """
     width = 2 if low_precision else 4
     states = round(4 * optimizer_states)
@@ -153,7 +164,8 @@ def deepspeed_model_states(psi: int, largest_layer: int, n: int, stage: int, *, 
     else:
         partition = {"gradients": 4 * psi // n, "optimizer_state": states * psi // n}
     if stage == 3:
-        cards = {"parameters": width * psi // n, "communication": 2 * width * largest_layer}
+        sharded = psi - persistent
+        cards = {"parameters": width * sharded // n + width * persistent, "communication": 2 * width * largest_layer}
     else:
         cards = {"parameters": width * psi, "communication": 0}
     cards.update({"gradients": 0, "optimizer_state": 0})
@@ -169,13 +181,28 @@ def deepspeed_model_states(psi: int, largest_layer: int, n: int, stage: int, *, 
     return cards, host
 
 
+def deepspeed_buffers(model: StrategyModel, low_precision: bool) -> int:
+    """The gradient-reduction buckets DeepSpeed allocates whatever the model's size (so they dominate a small model):
+    ZeRO-1/2 with contiguous_gradients, one reduce_bucket_size buffer per gradient dtype, two with overlap_comm
+    (deepspeed/runtime/zero/stage_1_and_2.py, setup_buckets: low-precision staging in ZeRO-2, fp32 in ZeRO-1);
+    ZeRO-3 one reduce_bucket_size flat buffer (stage3.py, the ipg bucket)."""
+    if model.stage == 3:
+        return model.reduce_bucket_size * (2 if low_precision else 4)
+    if not model.contiguous_gradients or model.stage == 0:
+        return 0
+    width = 2 if low_precision and model.stage == 2 else 4
+    return (2 if model.overlap_comm else 1) * model.reduce_bucket_size * width
+
+
 def _deepspeed(per: dict[str, int], host: int, trace: StepTrace, model: StrategyModel, psi: int,
                n: int) -> tuple[dict[str, int], int, str]:
     low = trace.trainable_bytes < 4 * psi  # the traced step held the engine's 2-byte weights
+    persistent = sum(size for size in trace.param_sizes if size < model.persistence_threshold)
     states, extra_host = deepspeed_model_states(
         psi, trace.largest_module_elements, n, model.stage, low_precision=low,
         optimizer_states=trace.optimizer_states_per_element, offload_optimizer=model.offload_optimizer,
-        offload_parameters=model.offload_parameters)
+        offload_parameters=model.offload_parameters, persistent=persistent if model.stage == 3 else 0)
+    states["communication"] += deepspeed_buffers(model, low)
     buffers = trace.breakdown["parameters"] - trace.trainable_bytes  # buffers (e.g. running stats) stay whole
     per.update(states)
     per["parameters"] += buffers
