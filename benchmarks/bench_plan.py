@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 import hpu_nb  # noqa: E402
 from tests.plan.measure import measured_peak  # noqa: E402
-from tests.plan.models import CNN, LLAMA_7B, MLP, Transformer, batches  # noqa: E402
+from tests.plan.models import CNN, LLAMA_7B, MLP, CheckpointedTransformer, Transformer, batches  # noqa: E402
 
 MODELS = {"mlp": MLP, "cnn": CNN, "transformer": Transformer}
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8")
@@ -58,6 +58,12 @@ def single_card() -> list[tuple[str, float]]:
             rows.append((f"{kind:<11} {precision:<10} single     ", ratio))
             print(f"{kind:<11} {precision:<10} single      planned {planned.peak_bytes:>11,d} B  measured "
                   f"{measured:>11,d} B  ratio {ratio:.4f}  ({planned.method})", flush=True)
+    planned = hpu_nb.plan(CheckpointedTransformer(), batches("transformer", BATCH), precision="bf16-mixed")
+    gc.collect()
+    measured = measured_peak(CheckpointedTransformer(), batches("transformer", BATCH), precision="bf16-mixed")
+    rows.append(("transformer bf16-mixed single + activation checkpointing", planned.peak_bytes / measured))
+    print(f"transformer bf16-mixed single + activation checkpointing: planned {planned.peak_bytes:,d} B  measured "
+          f"{measured:,d} B  ratio {planned.peak_bytes / measured:.4f}", flush=True)
     return rows
 
 

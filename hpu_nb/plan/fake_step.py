@@ -58,10 +58,10 @@ class StepTrace:
 def first_batch(batch: Any) -> Any:
     """One batch from what the user gave: tensors as they are, or the first batch of a DataLoader or of a
     LightningDataModule's train_dataloader() (set up for "fit")."""
-    from lightning.pytorch import LightningDataModule  # noqa: PLC0415 -- lazy: Lightning
-
-    if isinstance(batch, LightningDataModule):
-        batch.prepare_data()
+    # a LightningDataModule of either package (lightning.pytorch or the standalone pytorch_lightning)
+    if callable(getattr(batch, "train_dataloader", None)) and callable(getattr(batch, "setup", None)):
+        if callable(getattr(batch, "prepare_data", None)):
+            batch.prepare_data()
         batch.setup("fit")
         batch = batch.train_dataloader()
     if isinstance(batch, torch.utils.data.DataLoader):

@@ -153,7 +153,7 @@ class Plan:
                               f"{'fits' if self.fits else 'DOES NOT FIT'}"),
         ]
         rows += [(f"  {key.replace('_', ' ')}", _gib(value)) for key, value in self.breakdown.items()]
-        if self.host_bytes:
+        if self.host_bytes >= 1 << 20:  # offloaded state; a few bytes of optimizer step counters are not worth a row
             rows.append(("host memory", _gib(self.host_bytes)))
         rows += [
             ("FLOPs per step per card", f"{self.flops_per_step:.3e}"),

@@ -3,13 +3,13 @@ transformer with SDPA (and a Llama-shaped one, built from a config)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from typing_extensions import override
 
 
@@ -129,6 +129,17 @@ class Transformer(LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
 
+class CheckpointedTransformer(Transformer):
+    """The transformer with activation checkpointing on every block (torch.utils.checkpoint, non-reentrant)."""
+
+    @override
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return self.head(self.norm(x))
+
+
 LLAMA_7B = TransformerConfig(vocab=32000, d_model=4096, layers=32, heads=32, ffn=11008, seq=2048, llama=True)
 
 
@@ -153,5 +164,5 @@ def batches(kind: str, size: int) -> object:
     return torch.randint(0, 512, (size, TransformerConfig().seq))
 
 
-__all__ = ["CNN", "LLAMA_7B", "MLP", "Transformer", "TransformerConfig", "analytic_flops", "batches",
-           "non_embedding_params", "math"]
+__all__ = ["CNN", "LLAMA_7B", "MLP", "CheckpointedTransformer", "Transformer", "TransformerConfig", "analytic_flops",
+           "batches", "non_embedding_params"]
