@@ -249,12 +249,17 @@ def plan(
         generation: "gaudi", "gaudi2" or "gaudi3" (or a Generation): whose HBM and peaks to plan against.
         mfu: the (low, high) model FLOPs utilisation the step-time estimate assumes.
         batch_size: plan this per-card batch size instead of the given batch's.
-        trainer_kwargs: other Trainer arguments; `accumulate_grad_batches` and `gradient_clip_val` change nothing in
-            the per-step peak (noted); others are refused with their name.
+        trainer_kwargs: other Trainer arguments (`hpu_nb.plan(model, batch, **config.trainer_kwargs())` plans a
+            TrainerConfig); `accumulate_grad_batches` and `gradient_clip_val` change nothing in the per-step peak
+            (noted); a precision plugin in `plugins` gives the precision; arguments the plan cannot account for are
+            refused with their name.
     """
     from hpu_nb.core.precision_names import validate_precision  # noqa: PLC0415 -- lazy: Lightning
 
     gen = generation if isinstance(generation, Generation) else generation_from_name(str(generation))
+    for plugin in _as_list(trainer_kwargs.pop("plugins", None)):  # e.g. TrainerConfig's HPUPrecisionPlugin("fp8")
+        if isinstance(getattr(plugin, "precision", None), str):
+            precision = plugin.precision
     unified = validate_precision(precision, check_device=False)
     if unified not in _PRECISIONS:
         raise ValueError(f"precision={precision!r} cannot be planned; choose one of {', '.join(_PRECISIONS)}.")
@@ -293,7 +298,15 @@ _NEUTRAL_KWARGS = {
     "gradient_clip_algorithm": "gradient clipping adds small temporaries (the norms): not traced",
     "max_epochs": None, "max_steps": None, "logger": None, "enable_progress_bar": None, "callbacks": None,
     "log_every_n_steps": None, "enable_checkpointing": None, "accelerator": None, "default_root_dir": None,
+    "profiler": "a profiler's host-side buffers are not device memory", "enable_model_summary": None,
+    "num_sanity_val_steps": None, "limit_train_batches": None, "limit_val_batches": None,
 }
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _trainer_kwargs_notes(trainer_kwargs: dict[str, Any]) -> list[str]:

@@ -205,3 +205,11 @@ def test_a_dataloader_or_datamodule_gives_its_first_batch() -> None:
     from_tensors = hpu_nb.plan(MLP(), batches("mlp", 6))
     assert hpu_nb.plan(MLP(), DataLoader(data, batch_size=6)).peak_bytes == from_tensors.peak_bytes
     assert hpu_nb.plan(MLP(), Data()).batch_size == 6
+
+
+def test_a_trainer_config_is_planned_from_its_trainer_kwargs() -> None:
+    from hpu_nb import TrainerConfig
+
+    config = TrainerConfig(devices=2, strategy="deepspeed", deepspeed_stage=3, precision="bf16-mixed")
+    result = hpu_nb.plan(MLP(), batches("mlp", 4), **config.trainer_kwargs())
+    assert result.strategy == "DeepSpeed ZeRO-3 × 2" and result.precision == "bf16-mixed"
