@@ -29,6 +29,7 @@ class StrategyModel:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     shard_parameters: bool = True  # FSDP: FULL_SHARD (True) or SHARD_GRAD_OP (False)
+    wrapped_blocks: bool = False  # FSDP: an auto_wrap_policy wraps each block; without one the model is one unit
     # DeepSpeed's buffers: Lightning's DeepSpeedStrategy defaults (contiguous_gradients, overlap_comm,
     # reduce_bucket_size=2e8) and DeepSpeed's stage-3 param_persistence_threshold (1e5: smaller tensors stay whole)
     reduce_bucket_size: int = 200_000_000
@@ -104,7 +105,9 @@ def _model_of_object(strategy: Any, world: int) -> StrategyModel:
         kind = str(getattr(strategy, "sharding_strategy", "FULL_SHARD")).rsplit(".", 1)[-1].upper()
         if kind == "NO_SHARD":
             return StrategyModel("ddp", world)
-        return StrategyModel("fsdp", world, shard_parameters=kind not in ("SHARD_GRAD_OP", "_HYBRID_SHARD_ZERO2"))
+        policy = getattr(strategy, "kwargs", {}).get("auto_wrap_policy")
+        return StrategyModel("fsdp", world, shard_parameters=kind not in ("SHARD_GRAD_OP", "_HYBRID_SHARD_ZERO2"),
+                             wrapped_blocks=policy is not None)
     if isinstance(strategy, DDPStrategy):
         return StrategyModel("ddp", world)
     if world == 1:
@@ -131,15 +134,22 @@ def per_card(trace: StepTrace, model: StrategyModel, compute_bytes: int) -> tupl
         per["communication"] = trace.trainable_bytes
         return per, host, "traced step + DDP gradient buckets modelled (torch Reducer, gradient_as_bucket_view=False)"
     if model.kind == "fsdp":
-        # torch FSDP (FULL_SHARD): parameters, gradients and optimizer state live sharded 1/N; one wrapped block is
-        # gathered at a time in the compute dtype, the next prefetched, and its gradient reduce-scattered: 3 blocks.
+        # torch FSDP (FULL_SHARD): parameters, gradients and optimizer state live sharded 1/N. A unit's parameters are
+        # gathered in the compute dtype and its gradient is whole until reduce-scattered: two units' worth. Without an
+        # auto_wrap_policy the whole model is one unit (Lightning's FSDPStrategy default); with one, each block is a
+        # unit and the next is prefetched (three blocks' worth).
         per["parameters"] = per["parameters"] // n if model.shard_parameters else per["parameters"]
         per["gradients"] //= n
         per["optimizer_state"] //= n
-        gathered = 3 * trace.largest_block_elements * compute_bytes if model.shard_parameters else \
-            trace.largest_block_elements * compute_bytes
-        per["communication"] = gathered
-        return per, host, "traced step + FSDP sharding modelled (FULL_SHARD: 1/N states, 3 gathered blocks)"
+        if model.wrapped_blocks:
+            per["communication"] = 3 * trace.largest_block_elements * compute_bytes
+            rule = "3 gathered blocks"
+        else:
+            per["communication"] = 2 * psi * compute_bytes
+            rule = "the model one unit: its parameters gathered, its gradient whole"
+        if not model.shard_parameters:
+            per["communication"] = psi * compute_bytes  # SHARD_GRAD_OP: parameters stay whole; the gradient's unit
+        return per, host, f"traced step + FSDP sharding modelled (1/N states, {rule})"
     return _deepspeed(per, host, trace, model, psi, n)
 
 

@@ -100,6 +100,8 @@ def test_strategies_shard_what_their_rules_say() -> None:
     zero3 = hpu_nb.plan(model, batch, precision="bf16-mixed", devices=8, strategy="deepspeed_stage_3")
     assert ddp.breakdown["communication"] == single.breakdown["parameters"]  # one bucket copy of every gradient
     assert fsdp.breakdown["optimizer_state"] == single.breakdown["optimizer_state"] // 4
+    elements = sum(p.numel() for p in model.parameters())
+    assert fsdp.breakdown["communication"] == 2 * 2 * elements  # no wrap policy: the whole model gathered in bf16
     persistent = sum(p.numel() for p in model.parameters() if p.numel() < 100_000)  # kept whole by every card
     sharded = sum(p.numel() for p in model.parameters()) - persistent
     assert zero3.breakdown["parameters"] == 2 * sharded // 8 + 2 * persistent  # bf16 engine weights
