@@ -135,6 +135,9 @@ def test_text_says_it_is_an_estimate_and_where_the_figures_come_from() -> None:
     assert isinstance(result, Plan) and "Gaudi3" in repr(result)
     low, high = result.step_time_s
     assert 0 < low <= high
+    first = hpu_nb.plan.with_generation(result, "gaudi")  # the same trace against the first-generation card
+    assert first.peak_bytes == result.peak_bytes and first.step_time_s[0] > low  # slower HBM and MME
+    assert result.fits_on("gaudi") and first.hbm_bytes < result.hbm_bytes
 
 
 class _ItemStep(MLP):
