@@ -185,9 +185,10 @@ def deepspeed_model_states(psi: int, largest_layer: int, n: int, stage: int, *, 
     else:
         for key, value in partition.items():
             cards[key] += value
-    if offload_parameters and stage == 3:
-        host += cards["parameters"]
-        cards["parameters"] = 0
+    if offload_parameters and stage == 3:  # the partitions move to the host; persistent tensors stay on every card
+        kept = width * persistent
+        host += cards["parameters"] - kept
+        cards["parameters"] = kept
     return cards, host
 
 
