@@ -218,3 +218,19 @@ def test_a_trainer_config_is_planned_from_its_trainer_kwargs() -> None:
     config = TrainerConfig(devices=2, strategy="deepspeed", deepspeed_stage=3, precision="bf16-mixed")
     result = hpu_nb.plan(MLP(), batches("mlp", 4), **config.trainer_kwargs())
     assert result.strategy == "DeepSpeed ZeRO-3 × 2" and result.precision == "bf16-mixed"
+
+
+def test_tripwire_the_private_pieces_the_plan_leans_on() -> None:
+    """Fails loudly when a torch or Lightning upgrade moves what hpu_nb.plan uses: Lightning's optimizer normaliser
+    (_configure_optimizers) and MemTracker's peak bookkeeping (_update_peak_stats, _curr_mem_snap, _peak_mem_snap)."""
+    import inspect
+
+    from lightning.pytorch.core.optimizer import _configure_optimizers
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    assert _configure_optimizers({"optimizer": optimizer})[0] == [optimizer]
+    assert list(inspect.signature(MemTracker._update_peak_stats).parameters) == ["self", "peak_state"]
+    source = inspect.getsource(MemTracker._update_peak_stats)
+    assert "_curr_mem_snap" in source and "_peak_mem_snap" in source and "_peak_mem" in source
+    assert _TOTAL_KEY == "Total"
