@@ -217,6 +217,13 @@ def _deepspeed(per: dict[str, int], host: int, trace: StepTrace, model: Strategy
     buffers = trace.breakdown["parameters"] - trace.trainable_bytes  # buffers (e.g. running stats) stay whole
     per.update(states)
     per["parameters"] += buffers
+    if model.stage in (1, 2) and per["gradients"]:
+        # ZeRO-1/2 make their gradient partitions when the buckets are reduced and free them after the optimizer step
+        # (stage_1_and_2.py: averaged_gradients, the fp32 partition's grad): not alive at the activation peak. The
+        # card's peak is the larger of the two moments.
+        at_step = {**per, "activations": 0, "temporaries": 0}
+        without = {**per, "gradients": 0}
+        per = at_step if sum(at_step.values()) > sum(without.values()) else without
     return per, host + extra_host, (
         f"traced step (engine weights) + DeepSpeed ZeRO-{model.stage} model states modelled "
         "(DeepSpeed's estimate_zero2/3_model_states_mem_needs rule)")
