@@ -49,10 +49,14 @@ _EXPORTS: dict[str, str] = {
     "is_out_of_memory": "hpu_nb.runtime",
     "HPUNotAvailableError": "hpu_nb.runtime",
     "get_backend": "hpu_nb.runtime",
+    "plan_batch_sizes": "hpu_nb.plan",
+    "Plan": "hpu_nb.plan",
 }
-_SUBPACKAGES = ("runtime", "core", "traces", "notebook", "fabric", "pytorch_lightning", "lightning_fabric")
+# `hpu_nb.plan` is the planning package, callable as its plan() function: hpu_nb.plan(model, batch, ...) and
+# hpu_nb.plan.with_generation / hpu_nb.plan.PlanError alike.
+_SUBPACKAGES = ("runtime", "core", "traces", "notebook", "fabric", "pytorch_lightning", "lightning_fabric", "plan")
 
-__all__ = sorted(_EXPORTS) + ["load_ipython_extension", "unload_ipython_extension"]
+__all__ = sorted([*_EXPORTS, "plan"]) + ["load_ipython_extension", "unload_ipython_extension"]
 
 
 def __getattr__(name: str) -> Any:

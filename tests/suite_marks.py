@@ -158,6 +158,8 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/core/test_parallel.py::test_reduce_semantics_across_two_processes",
     "tests/core/test_parallel.py::test_two_process_ddp_fit_from_a_script",
     "tests/notebook/test_parallel_notebook.py::test_two_cards_from_a_notebook_kernel",
+    "tests/plan/test_plan.py::test_planned_transformer_peak_matches_the_emulated_cards_max_in_use",
+    "tests/plan/test_plan.py::test_the_peak_grows_with_the_batch_and_largest_batch_fits_with_the_margin",
     "tests/core/test_plugin_behaviours.py::test_deepspeed_cpu_checkpointing_recomputes_from_a_cpu_copy",
     "tests/core/test_plugin_behaviours.py::test_deepspeed_fp16_trains_on_gaudi2",
     "tests/core/test_plugin_behaviours.py::test_deepspeed_init_inference_arguments_reach_the_inference_engine",

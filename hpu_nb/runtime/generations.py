@@ -37,6 +37,18 @@ class Generation:
     # for free), as Intel Neural Compressor lists them (fp8_quant/_core/fp_utils.py EXP_BIAS_SETS): Gaudi2's e4m3 casts
     # take 4 biases (3, 7, 11, 15: scales 16, 1, 1/16, 1/256), its e5m2 only the default 15; Gaudi3's take 0-62.
     fp8_exponent_biases: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # (E4M3, E5M2)
+    # What a planner needs (hpu_nb.plan): published peaks, never measured here. See PLANNER_FACTS_SOURCE.
+    hbm_bandwidth_bytes_per_s: float = 0.0  # peak HBM bandwidth
+    peak_flops_bf16: float = 0.0  # dense bf16 matrix (MME) FLOP/s
+    peak_flops_fp8: float = 0.0  # dense fp8 matrix FLOP/s (0: no fp8)
+    nic_bytes_per_s: float = 0.0  # the card's embedded RoCE NICs, one direction (half the bidirectional figure)
+
+    def peak_flops(self, precision: str) -> float:
+        """The published dense matrix peak (FLOP/s) a precision runs its matmuls at: fp8 for "fp8", bf16 otherwise
+        ("32-true" matmuls run on the MME in bf16/tf32-class throughput at best; the plan says it is an upper bound)."""
+        if precision == "fp8" and self.peak_flops_fp8:
+            return self.peak_flops_fp8
+        return self.peak_flops_bf16
 
     @property
     def label(self) -> str:
@@ -80,15 +92,34 @@ def _support(flag: bool, what: str, device_name: str) -> tuple[bool, str]:
     return False, f"{what} is not supported on {device_name}: it needs {first_supporting(what).label} or newer."
 
 
+# The planner's facts, each from Intel's own publications:
+# - HBM capacity, peak HBM bandwidth, peak dense bf16 matrix TFLOPS and embedded NIC bandwidth (bidirectional) of all
+#   three generations: Intel's Hot Chips 2024 talk "Intel Gaudi 3 AI Accelerator: Architected for Gen AI Training and
+#   Inference" (R. Kaplan, August 2024), table "Gaudi Product Generations": Gaudi 60 TFLOPS / 32 GB / 900 GB/s /
+#   2 Tb/s, Gaudi 2 432 TFLOPS / 96 GB / 2.46 TB/s / 4.8 Tb/s, Gaudi 3 1835 TFLOPS / 128 GB / 3.67 TB/s / 9.6 Tb/s.
+# - fp8: Gaudi 3 1835 TFLOPS (same talk, "Intel Gaudi 3 Spec"); Gaudi 2 865 TFLOPS (Intel Gaudi 2 product brief /
+#   Intel Vision 2024 comparison); first-generation Gaudi has no fp8.
+# - Allocator granularity: Habana publishes none (the bridge's pool allocator is not documented); the plan counts
+#   exact tensor bytes, as the emulated card's counters do, and says that a Gaudi's allocator may round up.
+PLANNER_FACTS_SOURCE = ("Intel, Hot Chips 2024, 'Intel Gaudi 3 AI Accelerator: Architected for Gen AI Training and "
+                        "Inference' (Gaudi product generations table); Gaudi 2 fp8: Intel Gaudi 2 product brief")
+ALLOCATOR_GRANULARITY_BYTES: int | None = None  # not published by Habana: exact bytes planned, said in the output
+TB = 10**12
+
 GENERATIONS: dict[str, Generation] = {
     "gaudi": Generation("gaudi", "GAUDI", 32 * GiB, supports_fp16=False, supports_fp8=False,
-                         syn_device_type="synDeviceGaudi", board_prefix="HL-20"),
+                         syn_device_type="synDeviceGaudi", board_prefix="HL-20",
+                         hbm_bandwidth_bytes_per_s=0.9 * TB, peak_flops_bf16=60 * TB, nic_bytes_per_s=2e12 / 8 / 2),
     "gaudi2": Generation("gaudi2", "GAUDI2", 96 * GiB, supports_fp16=True, supports_fp8=True,
                           syn_device_type="synDeviceGaudi2", board_prefix="HL-22", fp8_e4m3_max=240.0,
-                          fp8_exponent_biases=((3, 7, 11, 15), (15,))),
+                          fp8_exponent_biases=((3, 7, 11, 15), (15,)),
+                          hbm_bandwidth_bytes_per_s=2.46 * TB, peak_flops_bf16=432 * TB, peak_flops_fp8=865 * TB,
+                          nic_bytes_per_s=4.8e12 / 8 / 2),
     "gaudi3": Generation("gaudi3", "GAUDI3", 128 * GiB, supports_fp16=True, supports_fp8=True,
                           syn_device_type="synDeviceGaudi3", board_prefix="HL-3", fp8_e4m3_max=448.0,
-                          fp8_exponent_biases=(tuple(range(63)), tuple(range(63)))),
+                          fp8_exponent_biases=(tuple(range(63)), tuple(range(63))),
+                          hbm_bandwidth_bytes_per_s=3.67 * TB, peak_flops_bf16=1835 * TB, peak_flops_fp8=1835 * TB,
+                          nic_bytes_per_s=9.6e12 / 8 / 2),
 }
 
 

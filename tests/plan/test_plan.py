@@ -1,0 +1,236 @@
+"""hpu_nb.plan: the planned peak against the emulated card's own counters, the FLOPs against the analytic count,
+the card's counters untouched by planning, and clear errors for steps fake tensors cannot run."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typing_extensions import override
+
+import hpu_nb
+from hpu_nb.plan import Plan, PlanError, plan_batch_sizes
+from hpu_nb.runtime import get_backend
+from hpu_nb.runtime.generations import GENERATIONS
+from tests.plan.measure import measured_peak
+from tests.plan.models import CNN, MLP, Transformer, TransformerConfig, analytic_flops, batches
+
+
+def _agrees(kind: str, model_class: type, precision: str) -> None:
+    batch = batches(kind, 16)
+    planned = hpu_nb.plan(model_class(), batch, precision=precision)
+    gc.collect()
+    measured = measured_peak(model_class(), batch, precision=precision)
+    assert 0.95 <= planned.peak_bytes / measured <= 1.05, (planned.breakdown, measured)
+
+
+@pytest.mark.parametrize(("kind", "model_class", "precision"), [("mlp", MLP, "32-true"), ("cnn", CNN, "bf16-mixed")])
+def test_planned_peak_matches_the_emulated_cards_max_in_use(kind: str, model_class: type, precision: str) -> None:
+    _agrees(kind, model_class, precision)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_planned_transformer_peak_matches_the_emulated_cards_max_in_use(precision: str) -> None:
+    _agrees("transformer", Transformer, precision)
+
+
+def test_planning_never_touches_the_cards_memory_counters() -> None:
+    backend = get_backend()
+    gc.collect()  # what earlier tests left on the card is freed now, not while planning
+    before = backend.memory_stats()
+    result = hpu_nb.plan(Transformer(), batches("transformer", 8), precision="bf16-mixed")
+    assert result.peak_bytes > 0
+    assert backend.memory_stats() == before
+
+
+def test_the_model_comes_back_as_it_was() -> None:
+    model = MLP()
+    params = {name: p for name, p in model.named_parameters()}
+    values = {name: p.detach().clone() for name, p in params.items()}
+    model.eval()
+    hpu_nb.plan(model, batches("mlp", 4), precision="bf16-mixed")
+    assert {name: p for name, p in model.named_parameters()} == params
+    assert all(torch.equal(p, values[name]) and p.grad is None for name, p in model.named_parameters())
+    assert not model.training
+
+
+def test_flops_per_step_match_the_dense_transformer_count() -> None:
+    cfg = TransformerConfig(vocab=256, d_model=256, layers=4, heads=4, ffn=1024, seq=129)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    batch = torch.randint(0, cfg.vocab, (4, cfg.seq))
+    result = hpu_nb.plan(model, batch, precision="bf16-mixed")
+    expected = analytic_flops(model, 4)
+    assert abs(result.flops_per_step / expected - 1) <= 0.05, (result.flops_per_step, expected)
+
+
+def test_a_meta_model_is_planned_without_its_memory() -> None:
+    cfg = TransformerConfig(vocab=32000, d_model=2048, layers=4, heads=16, ffn=5504, seq=256, llama=True)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    result = hpu_nb.plan(model, torch.zeros(2, cfg.seq, dtype=torch.long), precision="bf16-mixed")
+    params = sum(p.numel() for p in model.parameters())
+    assert result.breakdown["parameters"] == 4 * params  # float32 weights, traced where none were allocated
+    assert result.breakdown["optimizer_state"] >= 8 * params  # AdamW's two states
+    assert result.fits and result.hbm_bytes == GENERATIONS["gaudi2"].hbm_bytes
+
+
+def test_the_peak_grows_with_the_batch_and_largest_batch_fits_with_the_margin() -> None:
+    plans = plan_batch_sizes(Transformer(), batches("transformer", 4), [2, 4, 8], precision="bf16-mixed",
+                             generation="gaudi2")
+    peaks = [p.peak_bytes for p in plans]
+    assert peaks == sorted(peaks) and peaks[0] < peaks[-1]
+    small = GENERATIONS["gaudi2"]
+    first = plans[0]
+    largest = first.largest_batch(margin=0.1)
+    budget = small.hbm_bytes * 0.9
+    assert first.at_batch_size(largest).peak_bytes <= budget < first.at_batch_size(largest + 1).peak_bytes
+
+
+def test_strategies_shard_what_their_rules_say() -> None:
+    cfg = TransformerConfig(vocab=4096, d_model=512, heads=8, ffn=2048)  # tensors above ZeRO-3's persistence threshold
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    batch = torch.zeros(8, cfg.seq, dtype=torch.long)
+    single = hpu_nb.plan(model, batch, precision="bf16-mixed")
+    ddp = hpu_nb.plan(model, batch, precision="bf16-mixed", devices=2)
+    fsdp = hpu_nb.plan(model, batch, precision="bf16-mixed", devices=4, strategy="fsdp")
+    zero3 = hpu_nb.plan(model, batch, precision="bf16-mixed", devices=8, strategy="deepspeed_stage_3")
+    assert ddp.breakdown["communication"] == single.breakdown["parameters"]  # one bucket copy of every gradient
+    assert fsdp.breakdown["optimizer_state"] == single.breakdown["optimizer_state"] // 4
+    elements = sum(p.numel() for p in model.parameters())
+    assert fsdp.breakdown["communication"] == 2 * 2 * elements  # no wrap policy: the whole model gathered in bf16
+    persistent = sum(p.numel() for p in model.parameters() if p.numel() < 100_000)  # kept whole by every card
+    sharded = sum(p.numel() for p in model.parameters()) - persistent
+    assert zero3.breakdown["parameters"] == 2 * sharded // 8 + 2 * persistent  # bf16 engine weights
+    assert "modelled" in zero3.method and "traced" in single.method
+    offload = hpu_nb.plan(model, batch, precision="bf16-mixed", devices=8, strategy="deepspeed_stage_3_offload")
+    assert offload.host_bytes > zero3.host_bytes and offload.peak_bytes < zero3.peak_bytes
+
+
+def test_deepspeed_rule_is_deepspeeds_own_estimator() -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    from hpu_nb.plan.sharding import deepspeed_model_states
+
+    psi, largest, n = 7_000_000_000, 131_072_000, 8
+    for offload in (False, True):
+        states, _ = deepspeed_model_states(psi, largest, n, 2, low_precision=True, optimizer_states=2.0,
+                                           offload_optimizer=offload)
+        assert sum(states.values()) == estimate_zero2_model_states_mem_needs(psi, n, 1, cpu_offload=offload)[1]
+        states, _ = deepspeed_model_states(psi, largest, n, 3, low_precision=True, optimizer_states=2.0,
+                                           offload_optimizer=offload, offload_parameters=offload)
+        assert sum(states.values()) == estimate_zero3_model_states_mem_needs(
+            psi, largest, n, 1, cpu_offload=offload, cpu_offload_params=offload)[1]
+
+
+def test_text_says_it_is_an_estimate_and_where_the_figures_come_from() -> None:
+    result = hpu_nb.plan(MLP(), batches("mlp", 4), precision="bf16-mixed", generation="gaudi3")
+    text = str(result)
+    assert "estimate" in text and "Hot Chips 2024" in text and "MFU" in text
+    assert isinstance(result, Plan) and "Gaudi3" in repr(result)
+    low, high = result.step_time_s
+    assert 0 < low <= high
+    first = hpu_nb.plan.with_generation(result, "gaudi")  # the same trace against the first-generation card
+    assert first.peak_bytes == result.peak_bytes and first.step_time_s[0] > low  # slower HBM and MME
+    assert result.fits_on("gaudi") and first.hbm_bytes < result.hbm_bytes
+
+
+class _ItemStep(MLP):
+    @override
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        scale = x.abs().max().item()
+        return F.cross_entropy(self(x / scale), y)
+
+
+class _NonzeroStep(MLP):
+    @override
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        keep = torch.nonzero(y)
+        return F.cross_entropy(self(x[keep[:, 0]]), y[keep[:, 0]])
+
+
+@pytest.mark.parametrize(("model_class", "words", "line"), [
+    (_ItemStep, "reads a tensor's value", "scale = x.abs().max().item()"),
+    (_NonzeroStep, "shape depends on values", "keep = torch.nonzero(y)"),
+])
+def test_a_step_fake_tensors_cannot_run_gets_the_op_and_line(model_class: type, words: str, line: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        hpu_nb.plan(model_class(), batches("mlp", 4))
+    message = str(caught.value)
+    assert words in message and "test_plan.py" in message and line in message
+    assert "emulated card" in message
+
+
+def test_a_custom_op_without_a_meta_kernel_is_named() -> None:
+    lib = torch.library.Library("hpu_nb_plan_test", "DEF")
+    lib.define("opaque(Tensor x) -> Tensor")
+    lib.impl("opaque", lambda x: x.clone(), "CPU")  # a CPU kernel only: no shape rule
+
+    class Opaque(MLP):
+        @override
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return F.cross_entropy(self(torch.ops.hpu_nb_plan_test.opaque(x)), y)
+
+    with pytest.raises(PlanError, match="hpu_nb_plan_test.opaque") as caught:
+        hpu_nb.plan(Opaque(), batches("mlp", 4))
+    assert "register_fake" in str(caught.value) and "test_plan.py" in str(caught.value)
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="precision"):
+        hpu_nb.plan(MLP(), batches("mlp", 4), precision="64")
+    with pytest.raises(ValueError, match="fp8"):
+        hpu_nb.plan(MLP(), batches("mlp", 4), precision="fp8", generation="gaudi")
+    with pytest.raises(ValueError, match="strategy"):
+        hpu_nb.plan(MLP(), batches("mlp", 4), strategy="megatron")
+    with pytest.raises(TypeError, match="check_val_every_n_epoch"):
+        hpu_nb.plan(MLP(), batches("mlp", 4), check_val_every_n_epoch=2)
+    with pytest.raises(TypeError, match="LightningModule"):
+        hpu_nb.plan(torch.nn.Linear(2, 2), batches("mlp", 4))
+
+
+def test_a_dataloader_or_datamodule_gives_its_first_batch() -> None:
+    from lightning.pytorch import LightningDataModule
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(12, 256), torch.randint(0, 10, (12,)))
+
+    class Data(LightningDataModule):
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(data, batch_size=6)
+
+    from_tensors = hpu_nb.plan(MLP(), batches("mlp", 6))
+    assert hpu_nb.plan(MLP(), DataLoader(data, batch_size=6)).peak_bytes == from_tensors.peak_bytes
+    assert hpu_nb.plan(MLP(), Data()).batch_size == 6
+
+
+def test_a_trainer_config_is_planned_from_its_trainer_kwargs() -> None:
+    from hpu_nb import TrainerConfig
+
+    config = TrainerConfig(devices=2, strategy="deepspeed", deepspeed_stage=3, precision="bf16-mixed")
+    result = hpu_nb.plan(MLP(), batches("mlp", 4), **config.trainer_kwargs())
+    assert result.strategy == "DeepSpeed ZeRO-3 × 2" and result.precision == "bf16-mixed"
+
+
+def test_tripwire_the_private_pieces_the_plan_leans_on() -> None:
+    """Fails loudly when a torch or Lightning upgrade moves what hpu_nb.plan uses: Lightning's optimizer normaliser
+    (_configure_optimizers) and MemTracker's peak bookkeeping (_update_peak_stats, _curr_mem_snap, _peak_mem_snap)."""
+    import inspect
+
+    from lightning.pytorch.core.optimizer import _configure_optimizers
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    assert _configure_optimizers({"optimizer": optimizer})[0] == [optimizer]
+    assert list(inspect.signature(MemTracker._update_peak_stats).parameters) == ["self", "peak_state"]
+    source = inspect.getsource(MemTracker._update_peak_stats)
+    assert "_curr_mem_snap" in source and "_peak_mem_snap" in source and "_peak_mem" in source
+    assert _TOTAL_KEY == "Total"
