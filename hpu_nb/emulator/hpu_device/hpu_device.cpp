@@ -303,18 +303,30 @@ std::ptrdiff_t is_built_slot_offset() {
 #define HPU_NB_SIGNED_VTABLES 1
 #endif
 
-// The protection of the mapped page holding `address` (from /proc/self/maps), or -1.
-int page_protection(uintptr_t address) {
+// The mapping holding `address`, from /proc/self/maps: its protection (-1: not mapped) and its file's inode (0: none).
+struct Mapping {
+  int protection = -1;
+  unsigned long inode = 0;
+};
+
+Mapping mapping_of(uintptr_t address) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
+  Mapping mapping;
   while (std::getline(maps, line)) {
     uintptr_t start = 0, end = 0;
     char perms[5] = {0};
-    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s", &start, &end, perms) != 3) continue;
+    unsigned long inode = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s %*s %*s %lu", &start, &end, perms, &inode) != 4) {
+      continue;
+    }
     if (address < start || address >= end) continue;
-    return (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+    mapping.protection =
+        (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+    mapping.inode = inode;
+    break;
   }
-  return -1;
+  return mapping;
 }
 
 // The virtual table holding `address_point` (an object's vptr): where its `_ZTV` symbol starts and how many bytes it
@@ -331,13 +343,16 @@ bool is_virtual_table_spanning(const char* name, uintptr_t start, std::size_t si
 
 // The `_ZTV` symbol spanning `address` in the full symbol table (.symtab) of the library file `path`, loaded at
 // `bias`: a class's virtual table is often a local symbol, absent from the dynamic symbols dladdr reads (PyPI's
-// libtorch_cuda.so keeps .symtab; a stripped library has none, and then nothing is changed).
-bool find_in_symtab(const char* path, uintptr_t bias, uintptr_t address, VirtualTable& table) {
+// libtorch_cuda.so keeps .symtab; a stripped library has none, and then nothing is changed). Only the file that is
+// mapped (its inode: `inode`) is read: a library replaced on disk since it was loaded (a pip upgrade in a running
+// kernel) has other addresses.
+bool find_in_symtab(const char* path, unsigned long inode, uintptr_t bias, uintptr_t address, VirtualTable& table) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
   void* file = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(ElfW(Ehdr)))) {
+  if (fstat(fd, &st) == 0 && inode != 0 && static_cast<unsigned long>(st.st_ino) == inode &&
+      st.st_size > static_cast<off_t>(sizeof(ElfW(Ehdr)))) {
     file = mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   }
   close(fd);
@@ -399,10 +414,12 @@ VirtualTable virtual_table_holding(const void* address_point) {
   Dl_info unused{};
   void* map = nullptr;
   if (dladdr1(address_point, &unused, &map, RTLD_DL_LINKMAP) != 0 && map != nullptr &&
-      find_in_symtab(info.dli_fname, static_cast<struct link_map*>(map)->l_addr, address, table)) {
+      find_in_symtab(info.dli_fname, mapping_of(address).inode, static_cast<struct link_map*>(map)->l_addr, address,
+                     table)) {
     return table;
   }
-  table.why = std::string("the size of its virtual table is in neither symbol table of ") + info.dli_fname;
+  table.why = std::string("the size of its virtual table is in neither symbol table of ") + info.dli_fname +
+              " as loaded";
   return table;
 }
 
@@ -416,7 +433,7 @@ std::string answer_not_built_for(const at::AcceleratorHooksInterface& hooks) {
   if (slot_offset < 0) return "this platform's C++ ABI is not one hpu_nb knows";
   auto* object = const_cast<at::AcceleratorHooksInterface*>(&hooks);
   auto** vptr_field = reinterpret_cast<const char**>(object);
-  const int object_protection = page_protection(reinterpret_cast<uintptr_t>(object));
+  const int object_protection = mapping_of(reinterpret_cast<uintptr_t>(object)).protection;
   if (object_protection < 0 || !(object_protection & PROT_WRITE)) return "its hooks object is in read-only memory";
   const char* address_point = *vptr_field;
   const VirtualTable table = virtual_table_holding(address_point);
