@@ -450,7 +450,10 @@ std::string answer_not_built_for(const at::AcceleratorHooksInterface& hooks) {
   *reinterpret_cast<void**>(const_cast<char*>(new_point) + slot_offset) = reinterpret_cast<void*>(&answer_not_built);
   const bool available = hooks.isAvailable();
   __atomic_store_n(vptr_field, new_point, __ATOMIC_SEQ_CST);  // the one store: the object's own heap memory
-  if (!hooks.isBuilt() && hooks.isAvailable() == available) return "";
+  // checked as torch's calls see it: through a pointer the compiler cannot see through, so the object's virtual-table
+  // pointer is read back from memory rather than taken from the store above
+  const at::AcceleratorHooksInterface* volatile through = object;
+  if (!through->isBuilt() && through->isAvailable() == available) return "";
   __atomic_store_n(vptr_field, address_point, __ATOMIC_SEQ_CST);  // as it was; the copy is left unused
   return "its isBuilt() is not where the C++ ABI puts it";
 #endif
