@@ -217,6 +217,53 @@ def test_the_claim_trains_with_torch_s_read_only_pages_sealed(mechanism: str) ->
     assert report["weights_changed"] and report["losses"][1] < report["losses"][0]
 
 
+_REPLACED_ON_DISK = """
+    import ctypes, json, os
+    import torch
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    libc = ctypes.CDLL(None, use_errno=True)
+    # in this process's own mount namespace: another library (another build ID) now answers to libtorch_cuda.so's path
+    if libc.mount(os.path.join(lib, "libtorch_cpu.so").encode(), os.path.join(lib, "libtorch_cuda.so").encode(),
+                  None, 4096, None) != 0:  # MS_BIND
+        print(json.dumps({"skip": "bind mount: " + os.strerror(ctypes.get_errno())}))
+        raise SystemExit(0)
+    from hpu_nb.emulator.hpu_device import accelerator
+    message = None
+    try:
+        x = torch.ones(2, device="hpu", requires_grad=True)
+        (x * x).sum().backward()
+    except accelerator.AcceleratorInUseError as err:
+        message = str(err)
+    print(json.dumps({"message": message, "accelerator": torch.accelerator.current_accelerator().type,
+                      "report": torch.ops.hpu_emu.claim_accelerator()}))
+"""
+
+
+@NEEDS_A_CLAIM
+@pytest.mark.timeout(150)
+def test_where_the_table_s_size_is_unknown_nothing_is_changed_and_the_error_names_the_cpu_build() -> None:
+    """The table's size comes from the library's symbol table, read only from the file that was loaded (the same build
+    ID): a libtorch_cuda.so replaced on disk since (here: another library bind-mounted over its path, in a mount
+    namespace of the test's own) is not read, nothing is changed, and the first use of hpu names the CPU build."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-rm", "true"], check=False).returncode != 0:
+        pytest.skip("no unprivileged user and mount namespaces here (unshare -rm) to replace the library in")
+    build.build(quiet=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HPU_NB_BACKEND", "PT_HPU"))}
+    result = subprocess.run(
+        [unshare, "-rm", sys.executable, "-c", textwrap.dedent(_REPLACED_ON_DISK)], capture_output=True, text=True,
+        timeout=120, env=env, cwd=str(ROOT), check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    if "skip" in report:
+        pytest.skip(report["skip"])
+    assert report["accelerator"] == "cuda"  # torch's own answer, unchanged
+    assert report["report"].startswith("refused:cuda:the size of its virtual table is in no symbol table of")
+    assert report["message"] is not None and f"`{accelerator.cpu_build_command()}`" in report["message"]
+    assert "CUDA_VISIBLE_DEVICES" not in report["message"]
+
+
 _FIRST_USE_RACE = """
     import json, threading
     import torch

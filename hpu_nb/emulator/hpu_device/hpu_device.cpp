@@ -341,18 +341,56 @@ bool is_virtual_table_spanning(const char* name, uintptr_t start, std::size_t si
   return name != nullptr && std::strncmp(name, "_ZTV", 4) == 0 && address >= start && address < start + size;
 }
 
+// The GNU build ID among an ELF object's notes (its raw bytes), or "" if there is none.
+std::string build_id_in(const char* notes, std::size_t size) {
+  const auto align4 = [](std::size_t n) { return (n + 3) & ~std::size_t(3); };
+  std::size_t at = 0;
+  while (at + sizeof(ElfW(Nhdr)) <= size) {
+    ElfW(Nhdr) note;
+    std::memcpy(&note, notes + at, sizeof(note));
+    const std::size_t name_at = at + sizeof(note);
+    const std::size_t desc_at = name_at + align4(note.n_namesz);
+    if (desc_at > size || note.n_descsz > size - desc_at) break;
+    if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(notes + name_at, "GNU", 4) == 0) {
+      return std::string(notes + desc_at, note.n_descsz);
+    }
+    at = desc_at + align4(note.n_descsz);
+  }
+  return "";
+}
+
+// The build ID of the object loaded at `bias`, from its notes in memory (its own program headers), or "".
+std::string loaded_build_id(uintptr_t bias) {
+  struct Search {
+    uintptr_t bias;
+    std::string id;
+  } search{bias, ""};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, std::size_t, void* data) -> int {
+        auto* wanted = static_cast<Search*>(data);
+        if (info->dlpi_addr != wanted->bias) return 0;
+        for (int i = 0; i < info->dlpi_phnum && wanted->id.empty(); ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_NOTE) continue;
+          wanted->id = build_id_in(reinterpret_cast<const char*>(info->dlpi_addr + segment.p_vaddr), segment.p_memsz);
+        }
+        return 1;
+      },
+      &search);
+  return search.id;
+}
+
 // The `_ZTV` symbol spanning `address` in the full symbol table (.symtab) of the library file `path`, loaded at
 // `bias`: a class's virtual table is often a local symbol, absent from the dynamic symbols dladdr reads (PyPI's
-// libtorch_cuda.so keeps .symtab; a stripped library has none, and then nothing is changed). Only the file that is
-// mapped (its inode: `inode`) is read: a library replaced on disk since it was loaded (a pip upgrade in a running
-// kernel) has other addresses.
-bool find_in_symtab(const char* path, unsigned long inode, uintptr_t bias, uintptr_t address, VirtualTable& table) {
+// libtorch_cuda.so keeps .symtab; a stripped library has none, and then nothing is changed). Only the file that was
+// loaded is read -- the same build ID as the one in memory, or, for a library without one, the same inode as the
+// mapping holding `address` -- not one that replaced it on disk since (a pip upgrade under a running kernel).
+bool find_in_symtab(const char* path, uintptr_t bias, uintptr_t address, VirtualTable& table) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
   void* file = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && inode != 0 && static_cast<unsigned long>(st.st_ino) == inode &&
-      st.st_size > static_cast<off_t>(sizeof(ElfW(Ehdr)))) {
+  if (fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(ElfW(Ehdr)))) {
     file = mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   }
   close(fd);
@@ -362,9 +400,28 @@ bool find_in_symtab(const char* path, unsigned long inode, uintptr_t bias, uintp
   const auto inside = [size](std::size_t offset, std::size_t length) {
     return offset <= size && length <= size - offset;
   };
-  bool found = false;
   const auto* header = reinterpret_cast<const ElfW(Ehdr)*>(bytes);
-  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) == 0 && header->e_shentsize == sizeof(ElfW(Shdr)) &&
+  bool same_file = false;
+  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) == 0 && header->e_phentsize == sizeof(ElfW(Phdr)) &&
+      inside(header->e_phoff, std::size_t(header->e_phnum) * sizeof(ElfW(Phdr)))) {
+    const std::string loaded = loaded_build_id(bias);
+    if (loaded.empty()) {
+      same_file = static_cast<unsigned long>(st.st_ino) == mapping_of(address).inode;
+    } else {
+      const auto* segments = reinterpret_cast<const ElfW(Phdr)*>(bytes + header->e_phoff);
+      for (std::size_t i = 0; i < header->e_phnum && !same_file; ++i) {
+        const ElfW(Phdr)& segment = segments[i];
+        same_file = segment.p_type == PT_NOTE && inside(segment.p_offset, segment.p_filesz) &&
+                    build_id_in(bytes + segment.p_offset, segment.p_filesz) == loaded;
+      }
+    }
+  }
+  if (!same_file) {
+    munmap(file, size);
+    return false;
+  }
+  bool found = false;
+  if (header->e_shentsize == sizeof(ElfW(Shdr)) &&
       inside(header->e_shoff, std::size_t(header->e_shnum) * sizeof(ElfW(Shdr)))) {
     const auto* sections = reinterpret_cast<const ElfW(Shdr)*>(bytes + header->e_shoff);
     for (std::size_t i = 0; i < header->e_shnum && !found; ++i) {
@@ -414,12 +471,11 @@ VirtualTable virtual_table_holding(const void* address_point) {
   Dl_info unused{};
   void* map = nullptr;
   if (dladdr1(address_point, &unused, &map, RTLD_DL_LINKMAP) != 0 && map != nullptr &&
-      find_in_symtab(info.dli_fname, mapping_of(address).inode, static_cast<struct link_map*>(map)->l_addr, address,
-                     table)) {
+      find_in_symtab(info.dli_fname, static_cast<struct link_map*>(map)->l_addr, address, table)) {
     return table;
   }
-  table.why = std::string("the size of its virtual table is in neither symbol table of ") + info.dli_fname +
-              " as loaded";
+  table.why = std::string("the size of its virtual table is in no symbol table of ") + info.dli_fname +
+              " (a stripped library, or one replaced on disk since it was loaded)";
   return table;
 }
 
