@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -156,6 +157,188 @@ def test_a_notebook_cell_trains_on_hpu() -> None:
     assert report["accelerator"] == ("cuda" if GPU else "hpu")
 
 
+# -- the claim on a CUDA build without a GPU: one object's virtual table, nothing of torch's pages written -----------
+NEEDS_A_CLAIM = pytest.mark.skipif(
+    not CUDA_BUILD or GPU,
+    reason="the claim changes an answer only on a CUDA build without a usable GPU (a CPU build has no other"
+    " accelerator; a usable GPU keeps the question)",
+)
+CUDA_HOOKS_TABLE = "_ZTVN2at4cuda6detail9CUDAHooksE"  # the virtual table of libtorch_cuda's CUDAHooks class
+
+_TRAIN_SEALED = """
+    import ctypes, errno, json, os
+    import torch
+    from tests.helpers import sealed_pages
+    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so")
+    table, size = sealed_pages.symbol_address(library, {table!r})
+    before = ctypes.string_at(table, size)
+    writable_before = sealed_pages.make_writable_errno(table)  # what the claim did before: allowed until sealed
+    try:
+        sealed_pages.seal(library) if {mechanism!r} == "mseal" else sealed_pages.forbid_making_writable(library)
+    except sealed_pages.Unavailable as why:
+        print(json.dumps({{"skip": str(why)}}))
+        raise SystemExit(0)
+    writable_after = sealed_pages.make_writable_errno(table)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1).to("hpu")  # the first use of hpu: the claim is made now, under the seal
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4, device="hpu"), torch.randn(16, 1, device="hpu")
+    weights = model.weight.detach().cpu().clone()
+    losses = []
+    for _ in range(2):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    print(json.dumps({{
+        "accelerator": torch.accelerator.current_accelerator().type, "cuda_available": torch.cuda.is_available(),
+        "writable_before": writable_before, "writable_after": errno.errorcode.get(writable_after, writable_after),
+        "table_unchanged": ctypes.string_at(table, size) == before, "losses": losses,
+        "weights_changed": not torch.equal(weights, model.weight.detach().cpu()),
+    }}))
+"""
+
+
+@NEEDS_A_CLAIM
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mechanism", ["mseal", "seccomp"])
+def test_the_claim_trains_with_torch_s_read_only_pages_sealed(mechanism: str) -> None:
+    """libtorch_cuda's read-only pages sealed as a sealing loader (mseal, Linux >= 6.10) or a seccomp policy leaves
+    them: the old claim's mprotect is refused (EPERM: the old claim failed here with AcceleratorInUseError), and the
+    claim -- one pointer stored into the hooks object's heap memory -- still makes hpu the accelerator and trains."""
+    build.build(quiet=True)
+    report = json.loads(_fresh_python(_TRAIN_SEALED.format(table=CUDA_HOOKS_TABLE, mechanism=mechanism)))
+    if "skip" in report:
+        pytest.skip(f"this machine cannot seal pages with {mechanism}: {report['skip']}")
+    assert (report["writable_before"], report["writable_after"]) == (0, "EPERM")  # sealed, and only by the test
+    assert report["accelerator"] == "hpu" and report["cuda_available"] is False
+    assert report["table_unchanged"]  # the class's virtual table in torch's library: not one byte written
+    assert report["weights_changed"] and report["losses"][1] < report["losses"][0]
+
+
+_REPLACED_ON_DISK = """
+    import ctypes, json, os
+    import torch
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    libc = ctypes.CDLL(None, use_errno=True)
+    # in this process's own mount namespace: another library (another build ID) now answers to libtorch_cuda.so's path
+    if libc.mount(os.path.join(lib, "libtorch_cpu.so").encode(), os.path.join(lib, "libtorch_cuda.so").encode(),
+                  None, 4096, None) != 0:  # MS_BIND
+        print(json.dumps({"skip": "bind mount: " + os.strerror(ctypes.get_errno())}))
+        raise SystemExit(0)
+    from hpu_nb.emulator.hpu_device import accelerator
+    message = None
+    try:
+        x = torch.ones(2, device="hpu", requires_grad=True)
+        (x * x).sum().backward()
+    except accelerator.AcceleratorInUseError as err:
+        message = str(err)
+    print(json.dumps({"message": message, "accelerator": torch.accelerator.current_accelerator().type,
+                      "report": torch.ops.hpu_emu.claim_accelerator()}))
+"""
+
+
+@NEEDS_A_CLAIM
+@pytest.mark.timeout(150)
+def test_where_the_table_s_size_is_unknown_nothing_is_changed_and_the_error_names_the_cpu_build() -> None:
+    """The table's size comes from the library's symbol table, read only from the file that was loaded (the same build
+    ID): a libtorch_cuda.so replaced on disk since (here: another library bind-mounted over its path, in a mount
+    namespace of the test's own) is not read, nothing is changed, and the first use of hpu names the CPU build."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-rm", "true"], check=False).returncode != 0:
+        pytest.skip("no unprivileged user and mount namespaces here (unshare -rm) to replace the library in")
+    build.build(quiet=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HPU_NB_BACKEND", "PT_HPU"))}
+    result = subprocess.run(
+        [unshare, "-rm", sys.executable, "-c", textwrap.dedent(_REPLACED_ON_DISK)], capture_output=True, text=True,
+        timeout=120, env=env, cwd=str(ROOT), check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    if "skip" in report:
+        pytest.skip(report["skip"])
+    assert report["accelerator"] == "cuda"  # torch's own answer, unchanged
+    assert report["report"].startswith("refused:cuda:the size of its virtual table is in no symbol table of")
+    assert report["message"] is not None and f"`{accelerator.cpu_build_command()}`" in report["message"]
+    assert "CUDA_VISIBLE_DEVICES" not in report["message"]
+
+
+_FIRST_USE_RACE = """
+    import json, threading
+    import torch
+    mode = {mode!r}
+    barrier = threading.Barrier(2)
+    results = [None, None]
+    def first_use(i):
+        barrier.wait()
+        try:
+            if mode == "claim":  # the device library's claim itself, from two threads at once (no Python lock)
+                results[i] = torch.ops.hpu_emu.claim_accelerator()
+            else:  # what a user's two threads do: use hpu, and train on it
+                x = torch.full((2,), float(i + 1), device="hpu", requires_grad=True)
+                (x * x).sum().backward()
+                results[i] = x.grad.tolist()
+        except Exception as err:
+            results[i] = repr(err)
+    threads = [threading.Thread(target=first_use, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    x = torch.ones(2, device="hpu", requires_grad=True)
+    (x * x).sum().backward()
+    print(json.dumps({{"results": results, "accelerator": torch.accelerator.current_accelerator().type,
+                      "grad": x.grad.tolist(), "claims": torch.ops.hpu_emu.claim_accelerator()}}))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["claim", "first_use"])
+def test_two_threads_first_using_hpu_at_once_settle_one_claim(mode: str) -> None:
+    """The claim is settled once per process (std::call_once in the library; the device's lock in Python): two threads
+    racing to it get the same report, and both train. Three fresh processes per way in."""
+    build.build(quiet=True)
+    expected_claim = "beside:cuda" if GPU else "hpu"
+    for _round in range(3):
+        report = json.loads(_fresh_python(_FIRST_USE_RACE.format(mode=mode)))
+        if mode == "claim":
+            assert report["results"] == [expected_claim, expected_claim]
+        elif not GPU:
+            assert report["results"] == [[2.0, 2.0], [4.0, 4.0]]
+        assert report["claims"] == expected_claim
+        assert report["accelerator"] == ("cuda" if GPU else "hpu")
+        if not GPU:
+            assert report["grad"] == [2.0, 2.0]
+
+
+@NEEDS_A_CLAIM
+@pytest.mark.timeout(300)
+def test_where_virtual_tables_are_signed_the_claim_is_refused_and_says_install_the_cpu_build(tmp_path: Path) -> None:
+    """On arm64e (pointer authentication) a copied virtual table would not verify: the library built for such an ABI
+    changes nothing and reports why; the first use of hpu then names the CPU build of torch. Simulated here by
+    building the device with the ABI's macro set (this machine is x86_64)."""
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the device with")
+    library = tmp_path / "hpu_device_signed_vtables.so"
+    command = build.compile_command(compiler, library) + ["-DHPU_NB_SIGNED_VTABLES=1"]
+    compiled = subprocess.run(command, capture_output=True, text=True, timeout=280, check=False)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    report = json.loads(_fresh_python(f"""
+        import json, torch
+        torch.ops.load_library({str(library)!r})
+        from hpu_nb.emulator.hpu_device import accelerator
+        claim = accelerator.parse_claim(torch.ops.hpu_emu.claim_accelerator())
+        print(json.dumps({{"accelerator": torch.accelerator.current_accelerator().type, "reason": claim.reason,
+                          "message": accelerator.conflict_message(claim)}}))
+    """, env={"HPU_NB_AUTOLOAD": "0"}))
+    assert report["accelerator"] == "cuda"  # refused, not patched: torch's answer is its own
+    assert "signs virtual-table pointers" in report["reason"]
+    assert f"`{accelerator.cpu_build_command()}`" in report["message"]
+    assert "CUDA_VISIBLE_DEVICES" not in report["message"]
+
+
 # -- the pieces, without a second build of torch ------------------------------------------------------------------
 def test_the_device_is_compiled_with_the_standard_torch_s_headers_require(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -198,6 +381,35 @@ def test_a_gpu_that_keeps_the_accelerator_is_a_clear_error_with_the_way_out() ->
     assert "CUDA_VISIBLE_DEVICES= python train.py" in message and "torch said: internal assert failed)" in message
     assert accelerator.AcceleratorClaim("cuda", beside="cuda").describe() == (
         "torch.accelerator stays cuda: this process has a usable cuda device")
+
+
+def test_an_answer_that_could_not_be_changed_says_install_the_cpu_build_not_hide_the_gpu() -> None:
+    """No usable device, so hiding devices changes nothing (measured: CUDA_VISIBLE_DEVICES= failed identically);
+    torch's CPU build of the same release has no other accelerator."""
+    settled = accelerator.parse_claim("refused:cuda:the size of its virtual table is in neither symbol table of x.so")
+    message = accelerator.conflict_message(settled, RuntimeError("element 0 of tensors does not require grad"))
+    release = torch.__version__.split("+")[0]
+    assert f"`pip install torch=={release} --index-url https://download.pytorch.org/whl/cpu`" in message
+    assert "its answer could not be changed to hpu (the size of its virtual table is in neither symbol table" in message
+    assert "CUDA_VISIBLE_DEVICES" not in message and "torch said: element 0 of tensors" in message
+    assert accelerator.cpu_build_command("2.14.1+cu130") == (
+        "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu")
+
+
+def test_a_refused_claim_whose_probe_fails_raises_the_cpu_build_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a CUDA build without a GPU meets where the hooks object cannot be given its own table (simulated): the
+    first use of hpu raises AcceleratorInUseError naming the CPU build, and stores no claim."""
+    monkeypatch.setattr(accelerator, "_claim", None)
+    monkeypatch.setattr(torch.ops.hpu_emu, "claim_accelerator", lambda: "refused:cuda:this platform's C++ ABI is not"
+                        " one hpu_nb knows")
+
+    def probe(settled: accelerator.AcceleratorClaim) -> None:
+        raise accelerator.AcceleratorInUseError(accelerator.conflict_message(settled, RuntimeError("no grad_fn")))
+
+    monkeypatch.setattr(accelerator, "check_backward_beside", probe)
+    with pytest.raises(accelerator.AcceleratorInUseError, match=r"Install torch's CPU build .*--index-url"):
+        accelerator.claim()
+    assert accelerator.current_claim() is None
 
 
 # -- a small model ------------------------------------------------------------------------------------------------

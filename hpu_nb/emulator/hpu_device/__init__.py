@@ -166,10 +166,11 @@ def announce() -> bool:
         missing_kernels,
     )
 
-    torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
-    accelerator.claim()  # hpu is torch's accelerator, as on a Gaudi (a CUDA build without a GPU too)
-    missing_kernels.register()  # what Habana's bridge has no HPU kernel for is refused on the fake Gaudi too
-    backward.install()  # so any backward on hpu runs on its calling thread, whatever uses the device first
+    with _lock:  # as load() does: two threads using the device first at once settle the accelerator once
+        torch.ops.hpu_emu.activate()  # sets the hooks' answer and sizes autograd's threads (none), see hpu_device.cpp
+        accelerator.claim()  # hpu is torch's accelerator, as on a Gaudi (a CUDA build without a GPU too)
+        missing_kernels.register()  # what Habana's bridge has no HPU kernel for is refused on the fake Gaudi too
+        backward.install()  # so any backward on hpu runs on its calling thread, whatever uses the device first
     return True
 
 

@@ -44,7 +44,11 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/library.h>
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -257,9 +261,14 @@ C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl);
 //   on a Gaudi. Its other answers (torch.cuda.is_available() is False, device_count() 0) are unchanged.
 // * another accelerator with a usable device keeps the question (torch.accelerator stays cuda): HPU answers
 //   isBuilt() = false, and the Python side finds out whether this torch's autograd can run hpu beside it.
-// The hooks object is created by torch before any extension loads (torch._C's init asks getCUDAHooks()), so its
-// answer is changed in place: the isBuilt slot of its virtual table, found through the C++ ABI's member-pointer
-// encoding, is pointed at a function returning false (the page's protection is restored after).
+// The hooks object is created by torch before any extension loads (torch._C's init asks getCUDAHooks()) and kept for
+// the life of the process, on the heap. So its answer is changed on that one object: it gets its own copy of its
+// class's virtual table, the isBuilt slot (found through the C++ ABI's member-pointer encoding) pointing at a function
+// returning false, and its virtual-table pointer is set to the copy -- one pointer stored into the object's own heap
+// memory. Nothing of torch's libraries is written (their read-only pages may be sealed: mseal since Linux 6.10,
+// seccomp, PaX MPROTECT), and every other object of the class keeps the class's table. The copy is the whole table as
+// the library's symbol table sizes it (the `_ZTV` symbol: offset-to-top and RTTI before the address point, so typeid
+// and dynamic_cast still work, then every virtual slot); where that size is not known, nothing is changed.
 std::atomic<bool> g_hpu_is_the_accelerator{false};  // claim_accelerator settled it so: what HPU's isBuilt() answers
 
 bool answer_not_built(const void* /*hooks*/) {
@@ -285,41 +294,225 @@ std::ptrdiff_t is_built_slot_offset() {
 #endif
 }
 
-// The protection of the mapped page holding `address` (from /proc/self/maps), or -1.
-int page_protection(uintptr_t address) {
+#if defined(__has_feature)
+#if __has_feature(ptrauth_calls)
+#define HPU_NB_SIGNED_VTABLES 1
+#endif
+#endif
+#if defined(__arm64e__)
+#define HPU_NB_SIGNED_VTABLES 1
+#endif
+
+// The mapping holding `address`, from /proc/self/maps: its protection (-1: not mapped) and its file's inode (0: none).
+struct Mapping {
+  int protection = -1;
+  unsigned long inode = 0;
+};
+
+Mapping mapping_of(uintptr_t address) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
+  Mapping mapping;
   while (std::getline(maps, line)) {
     uintptr_t start = 0, end = 0;
     char perms[5] = {0};
-    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s", &start, &end, perms) != 3) continue;
+    unsigned long inode = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s %*s %*s %lu", &start, &end, perms, &inode) != 4) {
+      continue;
+    }
     if (address < start || address >= end) continue;
-    return (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+    mapping.protection =
+        (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+    mapping.inode = inode;
+    break;
   }
-  return -1;
+  return mapping;
 }
 
-// Makes `hooks` answer isBuilt() = false; returns "" on success, else why not.
-std::string answer_not_built_for(const at::AcceleratorHooksInterface& hooks) {
-  const std::ptrdiff_t offset = is_built_slot_offset();
-  if (offset < 0) return "this platform's C++ ABI is not one hpu_nb knows";
-  auto* object = const_cast<at::AcceleratorHooksInterface*>(&hooks);
-  char* table = *reinterpret_cast<char**>(object);
-  auto** slot = reinterpret_cast<void**>(table + offset);
-  const uintptr_t page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t page = reinterpret_cast<uintptr_t>(slot) & ~(page_size - 1);
-  const int protection = page_protection(reinterpret_cast<uintptr_t>(slot));
-  if (protection < 0) return "its virtual table is not in a mapped page";
-  if (!(protection & PROT_WRITE) &&
-      mprotect(reinterpret_cast<void*>(page), page_size, PROT_READ | PROT_WRITE) != 0) {
-    return std::string("mprotect: ") + std::strerror(errno);
+// The virtual table holding `address_point` (an object's vptr): where its `_ZTV` symbol starts and how many bytes it
+// has, from the symbol tables of the library defining it. `why` says why not when it is not found.
+struct VirtualTable {
+  const char* start = nullptr;
+  std::size_t size = 0;
+  std::string why;
+};
+
+bool is_virtual_table_spanning(const char* name, uintptr_t start, std::size_t size, uintptr_t address) {
+  return name != nullptr && std::strncmp(name, "_ZTV", 4) == 0 && address >= start && address < start + size;
+}
+
+// The GNU build ID among an ELF object's notes (its raw bytes), or "" if there is none.
+std::string build_id_in(const char* notes, std::size_t size) {
+  const auto align4 = [](std::size_t n) { return (n + 3) & ~std::size_t(3); };
+  std::size_t at = 0;
+  while (at + sizeof(ElfW(Nhdr)) <= size) {
+    ElfW(Nhdr) note;
+    std::memcpy(&note, notes + at, sizeof(note));
+    const std::size_t name_at = at + sizeof(note);
+    const std::size_t desc_at = name_at + align4(note.n_namesz);
+    if (desc_at > size || note.n_descsz > size - desc_at) break;
+    if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(notes + name_at, "GNU", 4) == 0) {
+      return std::string(notes + desc_at, note.n_descsz);
+    }
+    at = desc_at + align4(note.n_descsz);
   }
-  void* original = *slot;
-  *slot = reinterpret_cast<void*>(&answer_not_built);
-  const bool took = !hooks.isBuilt();
-  if (!took) *slot = original;
-  if (!(protection & PROT_WRITE)) mprotect(reinterpret_cast<void*>(page), page_size, protection);
-  return took ? "" : "its isBuilt() is not where the C++ ABI puts it";
+  return "";
+}
+
+// The build ID of the object loaded at `bias`, from its notes in memory (its own program headers), or "".
+std::string loaded_build_id(uintptr_t bias) {
+  struct Search {
+    uintptr_t bias;
+    std::string id;
+  } search{bias, ""};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, std::size_t, void* data) -> int {
+        auto* wanted = static_cast<Search*>(data);
+        if (info->dlpi_addr != wanted->bias) return 0;
+        for (int i = 0; i < info->dlpi_phnum && wanted->id.empty(); ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_NOTE) continue;
+          wanted->id = build_id_in(reinterpret_cast<const char*>(info->dlpi_addr + segment.p_vaddr), segment.p_memsz);
+        }
+        return 1;
+      },
+      &search);
+  return search.id;
+}
+
+// The `_ZTV` symbol spanning `address` in the full symbol table (.symtab) of the library file `path`, loaded at
+// `bias`: a class's virtual table is often a local symbol, absent from the dynamic symbols dladdr reads (PyPI's
+// libtorch_cuda.so keeps .symtab; a stripped library has none, and then nothing is changed). Only the file that was
+// loaded is read -- the same build ID as the one in memory, or, for a library without one, the same inode as the
+// mapping holding `address` -- not one that replaced it on disk since (a pip upgrade under a running kernel).
+bool find_in_symtab(const char* path, uintptr_t bias, uintptr_t address, VirtualTable& table) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  void* file = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(ElfW(Ehdr)))) {
+    file = mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  close(fd);
+  if (file == MAP_FAILED) return false;
+  const auto* bytes = static_cast<const char*>(file);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  const auto inside = [size](std::size_t offset, std::size_t length) {
+    return offset <= size && length <= size - offset;
+  };
+  const auto* header = reinterpret_cast<const ElfW(Ehdr)*>(bytes);
+  bool same_file = false;
+  if (std::memcmp(header->e_ident, ELFMAG, SELFMAG) == 0 && header->e_phentsize == sizeof(ElfW(Phdr)) &&
+      inside(header->e_phoff, std::size_t(header->e_phnum) * sizeof(ElfW(Phdr)))) {
+    const std::string loaded = loaded_build_id(bias);
+    if (loaded.empty()) {
+      same_file = static_cast<unsigned long>(st.st_ino) == mapping_of(address).inode;
+    } else {
+      const auto* segments = reinterpret_cast<const ElfW(Phdr)*>(bytes + header->e_phoff);
+      for (std::size_t i = 0; i < header->e_phnum && !same_file; ++i) {
+        const ElfW(Phdr)& segment = segments[i];
+        same_file = segment.p_type == PT_NOTE && inside(segment.p_offset, segment.p_filesz) &&
+                    build_id_in(bytes + segment.p_offset, segment.p_filesz) == loaded;
+      }
+    }
+  }
+  if (!same_file) {
+    munmap(file, size);
+    return false;
+  }
+  bool found = false;
+  if (header->e_shentsize == sizeof(ElfW(Shdr)) &&
+      inside(header->e_shoff, std::size_t(header->e_shnum) * sizeof(ElfW(Shdr)))) {
+    const auto* sections = reinterpret_cast<const ElfW(Shdr)*>(bytes + header->e_shoff);
+    for (std::size_t i = 0; i < header->e_shnum && !found; ++i) {
+      const ElfW(Shdr)& symtab = sections[i];
+      if (symtab.sh_type != SHT_SYMTAB || symtab.sh_entsize != sizeof(ElfW(Sym)) || symtab.sh_link >= header->e_shnum)
+        continue;
+      const ElfW(Shdr)& strtab = sections[symtab.sh_link];
+      if (!inside(symtab.sh_offset, symtab.sh_size) || !inside(strtab.sh_offset, strtab.sh_size)) continue;
+      const auto* symbols = reinterpret_cast<const ElfW(Sym)*>(bytes + symtab.sh_offset);
+      const char* names = bytes + strtab.sh_offset;
+      for (std::size_t j = 0; j < symtab.sh_size / sizeof(ElfW(Sym)); ++j) {
+        const ElfW(Sym)& symbol = symbols[j];
+        if ((symbol.st_info & 0xf) != STT_OBJECT || symbol.st_name >= strtab.sh_size) continue;
+        const char* name = names + symbol.st_name;
+        if (std::memchr(name, 0, strtab.sh_size - symbol.st_name) == nullptr) continue;
+        if (is_virtual_table_spanning(name, bias + symbol.st_value, symbol.st_size, address)) {
+          table.start = reinterpret_cast<const char*>(bias + symbol.st_value);
+          table.size = symbol.st_size;
+          found = true;
+          break;
+        }
+      }
+    }
+  }
+  munmap(file, size);
+  return found;
+}
+
+VirtualTable virtual_table_holding(const void* address_point) {
+  VirtualTable table;
+  const auto address = reinterpret_cast<uintptr_t>(address_point);
+  Dl_info info{};
+  void* entry = nullptr;
+  if (dladdr1(address_point, &info, &entry, RTLD_DL_SYMENT) == 0 || info.dli_fname == nullptr) {
+    table.why = "its virtual table is in no loaded library";
+    return table;
+  }
+  // dladdr names the nearest dynamic symbol spanning the address, if any: the table itself when it is exported
+  const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
+  if (symbol != nullptr &&
+      is_virtual_table_spanning(info.dli_sname, reinterpret_cast<uintptr_t>(info.dli_saddr), symbol->st_size,
+                                address)) {
+    table.start = static_cast<const char*>(info.dli_saddr);
+    table.size = symbol->st_size;
+    return table;
+  }
+  Dl_info unused{};
+  void* map = nullptr;
+  if (dladdr1(address_point, &unused, &map, RTLD_DL_LINKMAP) != 0 && map != nullptr &&
+      find_in_symtab(info.dli_fname, static_cast<struct link_map*>(map)->l_addr, address, table)) {
+    return table;
+  }
+  table.why = std::string("the size of its virtual table is in no symbol table of ") + info.dli_fname +
+              " (a stripped library, or one replaced on disk since it was loaded)";
+  return table;
+}
+
+// Makes this one `hooks` object answer isBuilt() = false (see above); returns "" on success, else why not.
+std::string answer_not_built_for(const at::AcceleratorHooksInterface& hooks) {
+#ifdef HPU_NB_SIGNED_VTABLES
+  (void)hooks;
+  return "this platform signs virtual-table pointers (arm64e pointer authentication), so hpu_nb changes no answer";
+#else
+  const std::ptrdiff_t slot_offset = is_built_slot_offset();
+  if (slot_offset < 0) return "this platform's C++ ABI is not one hpu_nb knows";
+  auto* object = const_cast<at::AcceleratorHooksInterface*>(&hooks);
+  auto** vptr_field = reinterpret_cast<const char**>(object);
+  const int object_protection = mapping_of(reinterpret_cast<uintptr_t>(object)).protection;
+  if (object_protection < 0 || !(object_protection & PROT_WRITE)) return "its hooks object is in read-only memory";
+  const char* address_point = *vptr_field;
+  const VirtualTable table = virtual_table_holding(address_point);
+  if (!table.why.empty()) return table.why;
+  const std::size_t point_offset = static_cast<std::size_t>(address_point - table.start);
+  if (point_offset % sizeof(void*) != 0 || table.size % sizeof(void*) != 0 ||
+      point_offset + static_cast<std::size_t>(slot_offset) + sizeof(void*) > table.size) {
+    return "its isBuilt() is not inside its virtual table";
+  }
+  // never freed: the object keeps pointing at it until the process ends (its destructor is called through it)
+  auto* copy = new void*[table.size / sizeof(void*)];
+  std::memcpy(copy, table.start, table.size);
+  const char* new_point = reinterpret_cast<const char*>(copy) + point_offset;
+  *reinterpret_cast<void**>(const_cast<char*>(new_point) + slot_offset) = reinterpret_cast<void*>(&answer_not_built);
+  const bool available = hooks.isAvailable();
+  __atomic_store_n(vptr_field, new_point, __ATOMIC_SEQ_CST);  // the one store: the object's own heap memory
+  // checked as torch's calls see it: through a pointer the compiler cannot see through, so the object's virtual-table
+  // pointer is read back from memory rather than taken from the store above
+  const at::AcceleratorHooksInterface* volatile through = object;
+  if (!through->isBuilt() && through->isAvailable() == available) return "";
+  __atomic_store_n(vptr_field, address_point, __ATOMIC_SEQ_CST);  // as it was; the copy is left unused
+  return "its isBuilt() is not where the C++ ABI puts it";
+#endif
 }
 
 struct OtherAccelerator {
@@ -336,10 +529,11 @@ const at::AcceleratorHooksInterface& mps_hooks() { return at::detail::getMPSHook
 const OtherAccelerator kOtherAccelerators[] = {
     {"cuda", &cuda_hooks}, {"xpu", &xpu_hooks}, {"hip", &hip_hooks}, {"mps", &mps_hooks}};
 
-// Settles which accelerator torch serves now that the emulated card is used (see above). Returns a report: "hpu" when
-// HPU is the process's accelerator; "beside:<name>" when another accelerator with a usable device keeps it;
-// "refused:<name>:<why>" when another accelerator's answer could not be changed.
-std::string claim_accelerator() {
+// Settles which accelerator torch serves now that the emulated card is used (see above), once per process: any
+// number of threads may ask at once, and all get the first one's report. The report: "hpu" when HPU is the process's
+// accelerator; "beside:<name>" when another accelerator with a usable device keeps it; "refused:<name>:<why>" when
+// another accelerator has no usable device but its answer could not be changed.
+std::string settle_accelerator() {
   for (const auto& other : kOtherAccelerators) {
     const at::AcceleratorHooksInterface& hooks = other.hooks();
     if (!hooks.isBuilt()) continue;
@@ -353,6 +547,13 @@ std::string claim_accelerator() {
   }
   g_hpu_is_the_accelerator = true;
   return "hpu";
+}
+
+std::string claim_accelerator() {
+  static std::once_flag once;
+  static std::string report;
+  std::call_once(once, [] { report = settle_accelerator(); });
+  return report;
 }
 
 struct HPUHooks final : at::HPUHooksInterface {
