@@ -43,7 +43,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/emulator/test_hpu_device.py::test_the_device_reads_the_execution_mode_when_it_loads",
     "tests/notebook/test_config_widget.py::test_every_valid_combination_trains",
     "tests/notebook/test_notebook_deepspeed.py::test_widget_zero3_offload_code_trains_three_epochs_in_a_kernel_without_barrier_warnings",
-    "tests/notebook/test_notebook_multicard.py::test_every_strategy_hands_the_trained_weights_to_the_notebook",
+    "tests/notebook/test_notebook_multicard.py::test_every_strategy_hands_the_trained_weights_and_progress_to_the_notebook",
     "tests/notebook/test_notebook_multicard.py::test_memory_monitor_on_two_cards_draws_every_rank_live",
     "tests/notebook/test_notebook_multicard.py::test_fabric_returns_tensors_to_the_notebook",
     "tests/notebook/test_notebook_multicard.py::test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step",

@@ -31,7 +31,13 @@ def fit(strategy):
                         enable_progress_bar=False, enable_model_summary=False, strategy=strategy)
     trainer.fit(model, data())
     print(json.dumps({{"launcher": type(trainer.strategy.launcher).__name__,
-                      "weights": {{k: v.tolist() for k, v in model.state_dict().items()}}}}))
+                      "weights": {{k: v.tolist() for k, v in model.state_dict().items()}},
+                      "epoch": trainer.current_epoch, "global_step": trainer.global_step,
+                      "batches": trainer.fit_loop.epoch_loop.batch_progress.total.completed,
+                      "restarting": trainer.fit_loop.restarting, "finished": trainer.state.finished,
+                      "logged": {{k: float(v) for k, v in trainer.logged_metrics.items()}},
+                      "callback": {{k: float(v) for k, v in trainer.callback_metrics.items()}},
+                      "bar": {{k: float(v) for k, v in trainer.progress_bar_metrics.items()}}}}))
 """
 
 # Each as a user writes it in a cell: FSDP by name (the config widget's code names it too) and with sharded
@@ -67,7 +73,7 @@ def reference_weights() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.timeout(600)
-def test_every_strategy_hands_the_trained_weights_to_the_notebook(monkeypatch):
+def test_every_strategy_hands_the_trained_weights_and_progress_to_the_notebook(monkeypatch):
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")  # the kernel's environment: FSDP runs in eager mode only
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (SETUP, *CELLS.values())])
     nbclient.NotebookClient(nb, timeout=240, kernel_name="python3").execute()
@@ -85,6 +91,13 @@ def test_every_strategy_hands_the_trained_weights_to_the_notebook(monkeypatch):
             assert not torch.equal(got[key], initial[key]), (name, key)  # trained, not the notebook's initial model
             error = float((got[key] - want).abs().max())
             assert torch.allclose(got[key], want, rtol=1e-5, atol=1e-6), (name, key, error)
+        # the loops' progress, as a one-card fit shows it (Lightning's launcher leaves 0 here): 1 epoch of 32 samples
+        # per rank in batches of 8, and the metrics logged in the workers' last step (rank_sum: 1 + 2, summed)
+        assert (result["epoch"], result["global_step"], result["batches"]) == (1, 4, 4), (name, result["epoch"])
+        assert result["finished"] and not result["restarting"], name
+        assert set(result["logged"]) >= {"train_loss", "rank_sum"}, name
+        assert result["logged"]["rank_sum"] == 3.0, name
+        assert result["logged"]["train_loss"] == result["callback"]["train_loss"], name
 
 
 def _initial_weights() -> dict[str, torch.Tensor]:
