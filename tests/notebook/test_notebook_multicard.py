@@ -47,6 +47,10 @@ CELLS = {
     "fsdp sharded offload": 'fit(HPUFSDPStrategy(state_dict_type="sharded", cpu_offload=True))',
     "hpu_ddp": 'fit("hpu_ddp")',
     "deepspeed zero-3 offload": 'fit(make_strategy("ds:3:offload"))',
+    # Lightning's own names, as its advice in a notebook gives them: hpu_nb's HPU strategies with their arguments
+    "ddp": 'fit("ddp")',
+    "ddp_notebook": 'fit("ddp_notebook")',
+    "deepspeed": 'fit("deepspeed")',
 }
 
 
