@@ -209,6 +209,17 @@ class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedInferenceMixin, Dee
             )
         return engine, ds_optimizer
 
+    # -- checkpoints: DeepSpeed's engine calls torch's barrier itself (ZeRO-3 gathers, then every rank waits) ----
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        with noise.quiet_barrier():  # torch's "barrier(): using the device under current context" (noise.py)
+            super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        with noise.quiet_barrier():
+            return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+
     # -- optimizers: the LightningModule's win over the config's -------------------------------------------------
     @override
     def _initialize_deepspeed_train(self, model: Any) -> None:
