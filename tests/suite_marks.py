@@ -16,6 +16,7 @@ import pytest
 # "path" (the whole file), "path::test" or "path::Class::test", without parameters: every parametrization is slow.
 SLOW_TESTS: frozenset[str] = frozenset({
     "tests/browser/test_multicard_browser.py",
+    "tests/core/test_deepspeed_ops_build.py",
     "tests/core/test_liveness_fabric_deepspeed.py",
     "tests/core/test_output_noise.py::test_a_fit_prints_no_warning_hpu_nb_could_prevent",
     "tests/core/test_output_noise.py::test_fabric_on_two_forked_cards_prints_no_warning_hpu_nb_could_prevent",

@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +33,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from hpu_nb.core import noise
+from hpu_nb.core.strategies import deepspeed_ops
 from hpu_nb.core.strategies.deepspeed_config import (
     EXTRA_HINT,
     OPTIMIZER_OFFLOAD_STAGES,
@@ -287,6 +289,16 @@ class _DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
     """
 
     _strategy: HPUDeepSpeedStrategy
+
+    @override
+    def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        """ZeRO-Offload steps DeepSpeedCPUAdam, a C++ op: where it is still to be compiled, this process compiles it
+        before any worker starts, saying so (deepspeed_ops.build_announced), rather than a worker in silence."""
+        config = self._strategy.config or {}
+        offload = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+        if offload.get("device") in ("cpu", "nvme"):
+            deepspeed_ops.build_announced()
+        return super().launch(function, *args, trainer=trainer, **kwargs)
 
     @override
     def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:
