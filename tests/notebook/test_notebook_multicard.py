@@ -151,7 +151,7 @@ def test_memory_monitor_on_two_cards_draws_every_rank_live(strategy):
     assert all(p[2] > 0 and p[3] >= p[2] for p in batches), result["points"]  # InUse <= MaxInUse
     ranks = result["ranks"]
     assert ranks["x"] == list(range(2, 10))  # gathered at every training step (log_every_n_steps=1)
-    assert all(len(row) == 2 and min(row) > 0 for row in ranks["in_use"])  # both ranks' memory
+    assert all(len(row) == 2 and min(row) > 0 for row in ranks["in_use"]), ranks  # both ranks' memory
     # drawn while the workers ran: by the thread that follows them (it ends before fit returns), points and ranks
     relayed = [trait for thread, trait in result["during_fit"] if thread == "MemoryMonitor relay"]
     assert set(relayed) == {"delta", "ranks"} and relayed.count("ranks") == 8
