@@ -54,6 +54,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/notebook/test_notebook_multicard.py::test_interrupting_a_two_card_fit_leaves_one_line_the_weights_of_its_step_and_a_kernel_that_trains",
     "tests/notebook/test_parallel_notebook.py::test_a_stuck_rank_ends_the_cell_named_and_leaves_no_worker",
     "tests/notebook/test_tutorials.py",
+    "tests/test_notebook_filter.py",
     "tests/notebook/test_tensorboard_tutorial.py",
     "tests/runtime/test_packaging.py::test_the_setup_plans_torch_cpu_and_no_cuda_package",
     "tests/runtime/test_packaging.py::test_the_installed_wheel_builds_the_device_trains_on_hpu_and_runs_gaudi_code",
