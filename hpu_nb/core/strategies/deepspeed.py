@@ -293,10 +293,11 @@ class _DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
     @override
     def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         """ZeRO-Offload steps DeepSpeedCPUAdam, a C++ op: where it is still to be compiled, this process compiles it
-        before any worker starts, saying so (deepspeed_ops.build_announced), rather than a worker in silence."""
+        before any worker starts, saying so (deepspeed_ops.build_announced), rather than a worker in silence. Not when
+        the config lets a torch optimizer step on the CPU (`zero_force_ds_cpu_optimizer: false`): nothing loads it."""
         config = self._strategy.config or {}
         offload = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
-        if offload.get("device") in ("cpu", "nvme"):
+        if offload.get("device") in ("cpu", "nvme") and config.get("zero_force_ds_cpu_optimizer", True) is not False:
             deepspeed_ops.build_announced()
         return super().launch(function, *args, trainer=trainer, **kwargs)
 
