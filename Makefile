@@ -35,7 +35,7 @@ export TORCH_EXTENSIONS_DIR := $(CURDIR)/$(VENV)/torch_extensions
 # emulated Gaudi's everywhere else (hpu_nb-habana.pth), unless HPU_NB_AUTOLOAD=0.
 REAL_HABANA := HPU_NB_AUTOLOAD=0
 
-.PHONY: setup optimum-env transformers-env lab test test-fast test-torch-builds test-cluster lint bench browser screenshots clean
+.PHONY: setup notebook-filter optimum-env transformers-env lab test test-fast test-torch-builds test-cluster lint bench browser screenshots clean
 
 setup: $(STAMP)
 
@@ -75,7 +75,18 @@ $(STAMP): pyproject.toml Makefile
 		echo "building DeepSpeed's CPU Adam op into $(TORCH_EXTENSIONS_DIR) (once, a minute or two)"; \
 		$(PY) -m hpu_nb.core.strategies.deepspeed_ops >/dev/null; \
 	fi
+	@$(MAKE) --no-print-directory notebook-filter
 	@touch $(STAMP)
+
+# Outputs never reach git: `git add` runs the tutorials in notebooks/ through nbstripout (.gitattributes names the
+# filter; this defines it for this clone), keeping cell ids, so running and saving a tutorial leaves it unchanged for
+# git. `git diff` shows notebooks without their outputs too. Outside a git clone, or without nbstripout, nothing.
+notebook-filter:
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && $(PY) -c "import nbstripout" 2>/dev/null; then \
+		git config filter.nbstripout.clean '"$(abspath $(PY))" -m nbstripout --keep-id'; \
+		git config filter.nbstripout.smudge cat; \
+		git config diff.ipynb.textconv '"$(abspath $(PY))" -m nbstripout --keep-id -t'; \
+	fi
 
 # transformers and optimum-habana (the `optimum` extra) over $(VENV), which they leave unchanged.
 optimum-env: $(OPTIMUM_STAMP)

@@ -16,6 +16,7 @@ import pytest
 # "path" (the whole file), "path::test" or "path::Class::test", without parameters: every parametrization is slow.
 SLOW_TESTS: frozenset[str] = frozenset({
     "tests/browser/test_multicard_browser.py",
+    "tests/core/test_deepspeed_ops_build.py",
     "tests/core/test_liveness_fabric_deepspeed.py",
     "tests/core/test_output_noise.py::test_a_fit_prints_no_warning_hpu_nb_could_prevent",
     "tests/core/test_output_noise.py::test_fabric_on_two_forked_cards_prints_no_warning_hpu_nb_could_prevent",
@@ -48,7 +49,7 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/emulator/test_hpu_device.py::test_the_device_reads_the_execution_mode_when_it_loads",
     "tests/notebook/test_config_widget.py::test_every_valid_combination_trains",
     "tests/notebook/test_notebook_deepspeed.py::test_widget_zero3_offload_code_trains_three_epochs_in_a_kernel_without_barrier_warnings",
-    "tests/notebook/test_notebook_multicard.py::test_every_strategy_hands_the_trained_weights_to_the_notebook",
+    "tests/notebook/test_notebook_multicard.py::test_every_strategy_hands_the_trained_weights_and_progress_to_the_notebook",
     "tests/notebook/test_notebook_multicard.py::test_memory_monitor_on_two_cards_draws_every_rank_live",
     "tests/notebook/test_notebook_multicard.py::test_fabric_returns_tensors_to_the_notebook",
     "tests/notebook/test_notebook_multicard.py::test_two_card_monitor_cell_shows_one_progress_bar_ending_at_the_last_step",
@@ -58,6 +59,8 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/notebook/test_notebook_multicard.py::test_interrupting_a_two_card_fit_leaves_one_line_the_weights_of_its_step_and_a_kernel_that_trains",
     "tests/notebook/test_parallel_notebook.py::test_a_stuck_rank_ends_the_cell_named_and_leaves_no_worker",
     "tests/notebook/test_tutorials.py",
+    "tests/test_notebook_filter.py",
+    "tests/notebook/test_tensorboard_tutorial.py",
     "tests/runtime/test_packaging.py::test_the_setup_plans_torch_cpu_and_no_cuda_package",
     "tests/runtime/test_packaging.py::test_the_installed_wheel_builds_the_device_trains_on_hpu_and_runs_gaudi_code",
     "tests/runtime/test_packaging.py::test_the_installed_wheels_finder_serves_lightning_habana",

@@ -2,8 +2,8 @@
 call (never with a process-wide filter).
 
 - torch's `barrier(): using the device under current context ... specify device_id in init_process_group`: hpu_nb
-  (through Lightning / DeepSpeed) creates the process group, not the user; ignored around the strategies' barrier
-  and `deepspeed.initialize` (ZeRO-3's own barriers).
+  (through Lightning / DeepSpeed) creates the process group, not the user; ignored around the strategies' barrier,
+  `deepspeed.initialize` and DeepSpeed's checkpoint saving and loading (ZeRO-3's own barriers).
 - torch's "`torch.distributed.all_gather_into_tensor` / `reduce_scatter_tensor` is deprecated": DeepSpeed's comm
   backend calls the old names; once DeepSpeed's backend exists it is given the new ones (`all_gather_single`,
   `reduce_scatter_single`, the same operations), so the warning is never triggered.

@@ -61,6 +61,7 @@ FABRIC_STRATEGY_MODULES = ("hpu_nb.core.fabric.strategies",)
 _HOOKED_METHODS = ("_check_config_and_set_final_flags", "_choose_strategy", "_check_and_init_precision",
                    "_choose_auto_accelerator")
 _registered = False
+_STRATEGY_REGISTRIES = {"Trainer": StrategyRegistry, "Fabric": FABRIC_STRATEGIES}
 FLAVOUR = str(flavours.flavour_of_module(__name__))  # "lightning", or "standalone" in this module's translation
 # What the connectors take as strategy / accelerator / plugins (anything else is their "invalid" error)
 _ACCEPTED = (Strategy, FabricStrategy, Accelerator, Precision, TrainerPrecision, CheckpointIO, ClusterEnvironment,
@@ -178,6 +179,12 @@ def _hook_connector(
     def _check_config_and_set_final_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = flags_signature.bind(self, *args, **kwargs)
         refuse_other_flavour(owner, call.arguments)
+        if selection.is_hpu_accelerator(call.arguments.get("accelerator")):
+            hpu_strategy = selection.hpu_strategy_for_lightning_name(call.arguments.get("strategy"),
+                                                                     _STRATEGY_REGISTRIES[owner], owner)
+            if hpu_strategy is not None:  # "ddp", "ddp_notebook", "deepspeed_stage_3", ...: hpu_nb's HPU strategy
+                call.arguments["strategy"] = hpu_strategy
+                args, kwargs = call.args[1:], call.kwargs
         precision, accelerator = call.arguments.get("precision"), call.arguments.get("accelerator")
         if getattr(call.arguments.get("strategy"), "parallel_devices_defaulted", False):
             # devices the strategy only defaulted (known before set-up, as lightning-habana's): Lightning would take

@@ -172,6 +172,7 @@ class TrainerConfigWidget(w.VBox):
         shell = get_ipython()
         if shell is None:
             raise RuntimeError("insert_cell() needs IPython or Jupyter; outside them, use cfg.code.")
+        self._config.check()  # code with errors would raise in its cell (the Insert below button is disabled too)
         shell.set_next_input(self.code, replace=False)
 
     # -- headless / text ------------------------------------------------------------------------------------

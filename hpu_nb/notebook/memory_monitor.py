@@ -44,6 +44,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from hpu_nb.core.accelerator import HPUAccelerator
+from hpu_nb.core.strategy_parts.interrupts import FitInterrupted
 from hpu_nb.notebook.memory.chart_widget import STATIC, TrainingChart
 from hpu_nb.notebook.memory.history import (
     BATCHES,
@@ -75,6 +76,7 @@ __all__ = ["BATCHES", "EPOCH", "FIELDS", "IN_USE", "LIMIT", "LOG_PREFIX", "LOSS"
            "oom_figures", "pack_points", "unpack_points"]
 
 LOG_PREFIX = "DeviceStatsMonitor"  # logged keys match Lightning's DeviceStatsMonitor: DeviceStatsMonitor.<hook>/<key>
+STOPPED = "stopped"  # the run's status when the user interrupted it (the chart says "stopped by you", not "error")
 MAX_RANK_POINTS = 240  # per-rank samples kept (they come every log_every_n_steps)
 ALL_GATHER_DEPRECATED = r"torch\.distributed\.nn\.functional\.all_gather is deprecated"
 
@@ -191,7 +193,7 @@ class MemoryMonitor(Callback):
             self._guard(self._set, oom=self.oom)
             self._finish("oom")
         else:
-            self._finish("error")
+            self._finish(STOPPED if _stopped_by_user(exception) else "error")
 
     @override
     def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
@@ -206,7 +208,11 @@ class MemoryMonitor(Callback):
         seconds = now - self._last_batch_end if self._last_batch_end is not None else NAN
         self._last_batch_end = now
         self._sample(trainer, "on_train_batch_end", loss=_loss_of(outputs), seconds=seconds, samples=_size_of(batch))
-        if getattr(trainer, "world_size", 1) > 1 and trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+        # several ranks: their memory at every logged step, and at the first step, so each rank's line starts with
+        # the first training sample rather than at step log_every_n_steps (50 by default). Every rank decides alike
+        # (the same global_step): the gather is a collective.
+        step = trainer.global_step
+        if getattr(trainer, "world_size", 1) > 1 and (step == 1 or step % max(trainer.log_every_n_steps, 1) == 0):
             self._gather_ranks(trainer)
 
     @override
@@ -401,10 +407,12 @@ class MemoryMonitor(Callback):
         relay.start()
         try:
             yield
-        except BaseException:
+        except BaseException as err:
             self._stop_relay(relay)
             if self._worker_status == "oom":
                 self._finish("oom")
+            elif _stopped_by_user(err):  # the user's interrupt: not an error of the run
+                self._finish(STOPPED)
             raise
         self._stop_relay(relay)
         self._finish(self._worker_status or "done")
@@ -546,3 +554,9 @@ def _execution_count() -> int | None:
     """The running cell's number in IPython; None outside IPython (then nothing is displayed automatically)."""
     shell = get_ipython()
     return None if shell is None else int(getattr(shell, "execution_count", 0))
+
+
+def _stopped_by_user(exception: BaseException) -> bool:
+    """A Ctrl-C / the notebook's interrupt: KeyboardInterrupt in the process that trains, FitInterrupted (one line)
+    from hpu_nb's multi-card launcher."""
+    return isinstance(exception, (KeyboardInterrupt, FitInterrupted))

@@ -113,6 +113,22 @@ def deepspeed_environment() -> dict[str, str]:
     return {"DEEPSPEED_USE_HPU": "true", "PT_HPU_LAZY_ACC_PAR_MODE": "0", "DS_ACCELERATOR": "hpu"}
 
 
+def use_environments_ninja() -> None:
+    """Put this Python environment's `ninja` (the pip package DeepSpeed depends on) first on PATH, where torch's
+    extension builder looks for it, so the build at set-up and the load at fit time run the same ninja.
+
+    Measured (issue 39): `make setup` ran the system's ninja 1.11 (the venv's bin is not on make's PATH), which writes a
+    version-5 `.ninja_log`; a notebook kernel (its PATH starts with the venv's bin) ran pip's ninja 1.13, which calls
+    that log "too old; starting over", deletes it and compiles DeepSpeed's CPU Adam again, for minutes, mid-fit.
+    """
+    bin_dir = os.path.dirname(sys.executable)
+    if not os.path.isfile(os.path.join(bin_dir, "ninja")):
+        return
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *(p for p in path.split(os.pathsep) if p and p != bin_dir)])
+
+
 def prepare_deepspeed_environment() -> dict[str, str]:
     """Set `deepspeed_environment()` where the user has not set it already; returns what is in effect.
 
@@ -120,6 +136,7 @@ def prepare_deepspeed_environment() -> dict[str, str]:
     default that every checkout and venv would share and rebuild for each other, whoever started this process.
     """
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+    use_environments_ninja()
     wanted = deepspeed_environment()
     for key, value in wanted.items():
         os.environ.setdefault(key, value)

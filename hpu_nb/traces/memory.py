@@ -1,4 +1,4 @@
-"""Memory in use over time per device, from the profiler's [memory] events: table and a tiny SVG line chart."""
+"""Memory in use over time per device, from the profiler's [memory] events: table and a small SVG line chart."""
 
 from __future__ import annotations
 
@@ -37,22 +37,36 @@ class MemoryTimeline:
             note="" if rows else "no [memory] events: profile with profile_memory=True to record them",
         )
 
-    def svg(self, width: int = 360, height: int = 60) -> str:
-        """A tiny line chart of allocated bytes (one line per device), as inline SVG."""
-        parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}'>"]
+    def svg(self, width: int = 420, height: int = 110) -> str:
+        """A small line chart of allocated bytes over time (one line per device), as inline SVG, with its axes: bytes
+        (0 and the peak) on the left, milliseconds since the trace's first event below, a title and the devices."""
+        left, right, top, bottom = 64, 8, 16, 18
+        w, h = width - left - right, height - top - bottom
+        parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif'"
+                 " font-size='10'>",
+                 f"<text x='{left}' y='11' fill='#555'>allocated memory over time</text>",
+                 f"<rect x='{left}' y='{top}' width='{w}' height='{h}' fill='none' stroke='#ddd'/>"]
         colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-        t_max = max((int(s[-1, 0]) for s in self.series.values() if len(s)), default=1) or 1
+        starts = [int(s[0, 0]) for s in self.series.values() if len(s)]
+        t0 = min(starts, default=0)
+        t_max = max((int(s[-1, 0]) - t0 for s in self.series.values() if len(s)), default=1) or 1
         peak = max(self.peak(), 1)
+        for y, label in ((top + h, "0 B"), (top, fmt_bytes(peak))):
+            parts.append(f"<text x='{left - 4}' y='{y + 3}' text-anchor='end'>{html.escape(label)}</text>")
+        parts.append(f"<text x='{left}' y='{height - 4}'>0 ms</text>")
+        parts.append(f"<text x='{left + w}' y='{height - 4}' text-anchor='end'>{t_max / 1e6:.3g} ms</text>")
         for c, (dev, s) in enumerate(self.series.items()):
             if not len(s):
                 continue
-            step = max(1, len(s) // width)
+            step = max(1, len(s) // w)
             pts = " ".join(
-                f"{width * t / t_max:.1f},{height - 2 - (height - 4) * a / peak:.1f}" for t, a, _ in s[::step]
+                f"{left + w * (t - t0) / t_max:.1f},{top + h * (1 - a / peak):.1f}" for t, a, _ in s[::step]
             )
             parts.append(
                 f"<polyline fill='none' stroke='{colours[c % 4]}' points='{pts}'>"
                 f"<title>{html.escape(dev)}</title></polyline>"
+                f"<text x='{left + w - 4}' y='{top + 12 + 11 * c}' text-anchor='end' fill='{colours[c % 4]}'>"
+                f"{html.escape(dev)}</text>"
             )
         parts.append("</svg>")
         return "".join(parts)

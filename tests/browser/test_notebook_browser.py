@@ -61,8 +61,9 @@ set_backend(None)""",
 FORM_CELLS = [
     "%load_ext hpu_nb\n" + CELLS[1],
     # 1: the configuration form (a short run: the code it writes stops after 3 steps)
-    """cfg = hpu_nb.TrainerConfigWidget(devices=1, extra=dict(max_steps=3, logger=False, enable_checkpointing=False,
-                                                       enable_model_summary=False, enable_progress_bar=False))
+    # the form's own logger and checkpointing (issue 39: quiet by default, no lightning_logs/)
+    """cfg = hpu_nb.TrainerConfigWidget(devices=1, extra=dict(max_steps=3, enable_model_summary=False,
+                                                       enable_progress_bar=False))
 cfg""",
     # 2: the model, with the form's ZeRO-Offload snippet pasted in (checked against the code below), and the code as
     # a new cell below (the form's Insert below button puts it under the form's cell first)
@@ -150,10 +151,62 @@ def test_config_widget_code_trains_in_jupyterlab(lab, jupyter_lab) -> None:
     lab.hide_side_panels()
     try:
         lab.run_cell(0, timeout=120)
-        _check_form(lab)
+        _check_form(lab, jupyter_lab.notebook_dir)
     finally:
         lab.save_console("config")
         lab.screenshot("config-final")
+
+
+# issue 39: a chart read at a glance. One step ~50x faster than the others (no sleep) used to squash every other
+# step onto the throughput panel's floor; panel titles were drawn inside the plots, under the lines.
+SPIKE_CELLS = [
+    "%load_ext hpu_nb\n" + CELLS[1],
+    """class Spiky(Net):
+    def training_step(self, batch, i):
+        if i != 6:
+            time.sleep(0.05)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+spiky = hpu_nb.MemoryMonitor(update_interval=0.1)
+L.Trainer(accelerator="hpu", callbacks=[spiky], max_epochs=1, limit_train_batches=30, **quiet).fit(
+    Spiky(width=64), data(width=64, n=480))""",
+]
+
+READABLE = """(i) => { const svg = window.jupyterapp.shell.currentWidget.content.widgets[i].node
+        .querySelector('svg.hpu-tc-chart');
+    const titles = [...svg.querySelectorAll('text.hpu-tc-panel-title')].map((t) => t.getBBox());
+    const plots = [...svg.querySelectorAll('rect.hpu-tc-plot')].map((r) => r.getBBox());
+    const inside = (b, p) => b.y >= p.y - 0.5 && b.y + b.height <= p.y + p.height + 0.5;
+    const lines = [...svg.querySelectorAll('path.hpu-tc-line')].map((l) => l.getBBox());
+    const rate = plots[2];
+    const dots = [...svg.querySelectorAll("g[data-series='rate-raw'] circle")].map((c) => Number(c.getAttribute('cy')));
+    dots.sort((a, b) => a - b);
+    return { titles: titles.length, plots: plots.length,
+             titleOverPlot: titles.filter((t, k) => t.y + t.height > plots[k].y + 0.5).length,
+             linesOutside: lines.filter((b) => !plots.some((p) => inside(b, p))).length,
+             offscale: Number(svg.getAttribute('data-rate-offscale')),
+             medianHeight: (rate.y + rate.height - dots[dots.length >> 1]) / rate.height }; }"""
+
+
+def test_the_chart_reads_at_a_glance_with_a_throughput_spike(lab, jupyter_lab) -> None:
+    jupyter_lab.write_notebook("browser_chart.ipynb", SPIKE_CELLS)
+    lab.open_notebook("browser_chart.ipynb")
+    lab.hide_side_panels()
+    try:
+        lab.run_cell(0, timeout=120)
+        lab.run_cell(1, timeout=180)
+        found = lab.page.evaluate(READABLE, 1)
+        assert found["titles"] == found["plots"] == 3, found
+        assert found["titleOverPlot"] == 0 and found["linesOutside"] == 0, found  # titles above, lines inside
+        assert found["offscale"] >= 1, found  # the fast step is marked at the top edge, not scaled to
+        # the typical step reads well above the floor (a linear axis to the spike put it at ~2% of the height)
+        assert found["medianHeight"] > 0.25, found
+        output = lab.cell(1).locator(".jp-OutputArea")
+        assert "off scale" in (output.locator("text.hpu-tc-offscale").last.text_content() or "")
+        lab.publish(lab.screenshot("memory_monitor_spike", output), "memory_monitor_spike.png")
+    finally:
+        lab.save_console("chart")
 
 
 def _check_monitor(lab) -> None:
@@ -231,7 +284,7 @@ def _check_monitor(lab) -> None:
     lab.publish(shot, "memory_monitor_oom.png")
 
 
-def _check_form(lab) -> None:
+def _check_form(lab, notebook_dir) -> None:
     # the configuration form: fp8, DeepSpeed, offload and autocast changes never leave an error on a disabled control
     lab.run_cell(1)
     form = lab.cell(1).locator(".jp-OutputArea")
@@ -259,9 +312,12 @@ def _check_form(lab) -> None:
     pick("strategy", "FSDP (HPUFSDPStrategy)")
     settle("fp8 is not available with the fsdp strategy")  # an error on precision, which stays enabled
     assert form.locator(".hpu-cfg-issue[data-field='precision']").count() == 1
+    insert = form.locator("button.hpu-cfg-insert")
+    assert insert.is_disabled() and "Fix the errors" in insert.get_attribute("title")  # code that would raise
     pick("strategy", "DeepSpeed ZeRO (HPUDeepSpeedStrategy)")
     settle('HPUDeepSpeedPrecisionPlugin(precision="fp8")')  # fp8 training with DeepSpeed: valid
     assert form.locator(".hpu-cfg-panel").get_attribute("data-errors") == "0"  # (a one-device hint may remain)
+    assert not insert.is_disabled()
     pick("precision", "bf16-mixed")
     form.locator(".hpu-cfg-row-offload_optimizer input[type=checkbox]").check()
     settle("return DeepSpeedCPUAdam(self.parameters(), lr=0.001)")  # a snippet to paste, not a patched model
@@ -326,3 +382,8 @@ def _check_form(lab) -> None:
     assert "TRAINED True HPUDeepSpeedStrategy DeepSpeedCPUAdam" in trained, trained
     built = lab.cell_text(4)
     assert "cannot find -laio" not in built + trained and "collect2" not in built + trained
+    # issue 39: the CPU Adam op `make setup` built is the one this ZeRO-Offload fit loads (nothing compiled), and the
+    # form's code keeps Lightning's default logger and checkpoints out (no lightning_logs/, no tensorboardX warning)
+    assert "DeepSpeed compiles" not in built + trained, trained
+    assert "tensorboardX" not in built + trained and "lightning[extra]" not in built + trained
+    assert not (notebook_dir / "lightning_logs").exists() and not (notebook_dir / "checkpoints").exists()

@@ -109,6 +109,18 @@ FINGERPRINTS = [
      "CUDA's, and a scaler given to it is dropped)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.__init__", "f5581bdb7f55f719",
      "strategy_parts/fsdp.HPUFSDPPrecisionMixin._init_fsdp_precision (Fabric's HPUFSDPPrecision): as above"),
+    ("lightning.pytorch.strategies.launchers.multiprocessing",
+     "_MultiProcessingLauncher._recover_results_in_main_process", "66fb649a9d9f25ff",
+     "strategies/trainer_results: restores what this does not (the loops' progress, the logged and progress-bar "
+     "metrics); if Lightning now brings them back, drop hpu_nb's copy"),
+    ("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher.update_main_process_results",
+     "f3bd116bd601b479", "strategies/launchers.HPUMultiProcessingLauncher.update_main_process_results: pops its own "
+     "extra keys, then calls it (it must still read only `callback_metrics_bytes`)"),
+    ("lightning.pytorch.loops.loop", "_Loop.load_state_dict", "3a3062891e2c17e4",
+     "strategies/trainer_results.restore: loads rank 0's loop progress with it, then undoes its 'restarting' marks "
+     "with on_iteration_done"),
+    ("lightning.pytorch.loops.loop", "_Loop.on_iteration_done", "e30c5339d69d6279",
+     "strategies/trainer_results._not_restarting: clears what load_state_dict set"),
     ("lightning.fabric.utilities.cloud_io", "_load", "2a7aa617333664ad",
      "checkpoint_io.HPUCheckpointIO.load_checkpoint: passes weights_only=True for what this treats as a URL "
      "(`str(path).startswith('http')`, defaulted to weights_only=False here); _is_url must match its test"),
@@ -220,6 +232,11 @@ PRIVATE_NAMES = [
     ("lightning.pytorch.profilers.profiler", "Profiler", "_stats_to_str", "profiler.HPUProfiler.summary"),
     ("lightning.pytorch.profilers.profiler", "Profiler", "_rank_zero_info", "profiler.HPUProfiler"),
     ("lightning.pytorch.profilers.profiler", "Profiler", "_stage", "profiler.HPUProfiler"),
+    ("lightning.pytorch.loops.loop", "", "_Loop", "strategies/trainer_results"),
+    ("lightning.pytorch.trainer.trainer", "Trainer", "_logger_connector", "strategies/trainer_results"),
+    *[("lightning.pytorch.trainer.connectors.logger_connector.logger_connector", "_LoggerConnector", name,
+       "strategies/trainer_results.restore: rank 0's metrics merged into it")
+      for name in ("_logged_metrics", "_progress_bar_metrics")],
     ("lightning.pytorch.trainer.trainer", "Trainer", "_logger_connector", "notebook/memory_monitor._log"),
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "_batches_that_stepped",
      "notebook/memory_monitor._log: the step its metrics are logged at"),

@@ -240,3 +240,16 @@ def test_on_a_gaudi_op_lists_set_before_start_are_in_force(make_fake_gaudi, tmp_
 def _write(path, text: str):
     path.write_text(text)
     return path
+
+
+def test_the_op_list_warnings_point_at_the_line_that_built_the_plugin() -> None:
+    """Issue 39: tutorial 02 showed hpu_nb's own file and its `rank_zero_warn(...)` line; the user's line now."""
+    import warnings
+
+    from hpu_nb import HPUPrecisionPlugin
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HPUPrecisionPlugin("bf16-mixed", fp32_list=["linear"])  # the line the warnings name
+    here = [w for w in caught if "fp32_list names" in str(w.message) or "op lists now" in str(w.message)]
+    assert here and all(w.filename == __file__ for w in here), [(w.filename, w.lineno) for w in caught]

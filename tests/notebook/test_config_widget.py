@@ -342,7 +342,7 @@ def test_widget_presets_clicks_and_code() -> None:
     assert not cfg.controls["deepspeed_stage"].disabled
     cfg.set(strategy="auto", monitor=True)
     assert cfg.controls["monitor"].value is True and "callbacks=[MemoryMonitor()]" in cfg.code
-    trainer = L.Trainer(**cfg.trainer_kwargs(), **QUIET)
+    trainer = L.Trainer(**{**cfg.trainer_kwargs(), **QUIET})  # the form's logger and checkpointing: QUIET's here
     assert type(trainer.precision_plugin).__name__ == "HPUPrecisionPlugin"
     assert sorted(trainer.precision_plugin.op_lists.lower_ops) == ["linear", "matmul"]
     data = cfg._repr_mimebundle_()
@@ -368,6 +368,11 @@ def test_insert_cell_uses_set_next_input(monkeypatch: pytest.MonkeyPatch) -> Non
     cfg = TrainerConfigWidget(precision="bf16-mixed")
     cfg.insert_cell()
     assert calls == [(cfg.code, False)]
+    invalid = TrainerConfigWidget(strategy="fsdp", precision="fp8", devices=2)  # FSDP + fp8: code that would raise
+    assert invalid.config.errors
+    with pytest.raises(InvalidConfigError, match="errors"):
+        invalid.insert_cell()
+    assert len(calls) == 1
 
 
 def test_the_one_device_advice_is_true_for_the_chosen_combination() -> None:

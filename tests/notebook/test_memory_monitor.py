@@ -374,6 +374,23 @@ def test_ranks_memory_is_gathered_every_logged_step() -> None:
     assert "Per rank InUse (last gathered): rank 0 10.00 MiB, rank 1 20.00 MiB" in repr(monitor)
 
 
+def test_ranks_are_gathered_at_the_first_step_too(monkeypatch) -> None:
+    """Issue 39: with log_every_n_steps=50 each rank's line started at step 50; it starts at the first step now."""
+    monitor = MemoryMonitor(auto_display=False)
+    gathered = []
+    monkeypatch.setattr(monitor, "_sample", lambda *args, **kwargs: None)
+    monkeypatch.setattr(monitor, "_gather_ranks", lambda trainer: gathered.append(trainer.global_step))
+
+    class Trainer:
+        world_size, log_every_n_steps, global_step = 2, 50, 0
+
+    trainer = Trainer()
+    for step in range(1, 121):
+        trainer.global_step = step
+        monitor.on_train_batch_end(trainer, None, None, None, step - 1)
+    assert gathered == [1, 50, 100]
+
+
 def test_a_worker_process_never_writes_to_the_front_end() -> None:
     """Multi-device runs fork workers: their copy of the monitor records but sends nothing on the kernel's sockets."""
     monitor = MemoryMonitor(update_interval=0)
@@ -482,7 +499,9 @@ def test_the_chart_displayed_alone_shows_its_snapshot_too() -> None:
 
 
 def test_snapshot_draws_throughput_per_step_with_its_own_extremes() -> None:
-    """The snapshot has the live chart's three panels; the throughput ticks are the lowest and highest step rates."""
+    """The snapshot has the live chart's three panels; the throughput ticks are 0, the median and the axis top (the
+    highest rate, or where a spike is off scale, the robust top and the fastest rate named)."""
+    from hpu_nb.notebook.memory.summary import robust_top
     from hpu_nb.notebook.memory_monitor import STAGE, TrainingSummary
 
     monitor = MemoryMonitor(update_interval=0)
@@ -491,7 +510,9 @@ def test_snapshot_draws_throughput_per_step_with_its_own_extremes() -> None:
     rates = [p[SAMPLES] / p[SECONDS] for p in summary.points if p[STAGE] == 0 and p[BATCHES] > 0 and p[SECONDS] > 0]
     svg = summary.rate_svg()
     assert "throughput per step (samples/s)" in svg and "#9467bd" in svg and "nan" not in svg.lower()
-    assert f">{min(rates):,.0f}</text>" in svg and f">{max(rates):,.0f}</text>" in svg
+    top = robust_top(sorted(rates))
+    assert ">0</text>" in svg and f">{top:,.0f}</text>" in svg
+    assert top == max(rates) or f"(fastest {max(rates):,.0f})" in svg
     page = summary.html()
     assert page.count("<svg") == 2 and "samples/s per step" in page  # memory; loss + throughput stacked
     assert svg[svg.index(">") + 1: -len("</svg>")] in summary.training_svg()
@@ -522,25 +543,24 @@ def _rank_lines(svg: str) -> dict[int, dict[str, str]]:
 
 
 def test_snapshot_draws_each_rank_even_when_their_memory_is_the_same() -> None:
-    """Issue 20: two ranks using the same memory looked like one line. Each rank has its own polyline at the gathered
-    batches, in its own style (rank 0 a wide pale band, rank 1 dashed over it), so both show where they coincide."""
+    """Issue 20: two ranks using the same memory looked like one line; issue 39: rank 0 had two lines and two legend
+    entries (its sampled InUse and its gathered band). Rank 0's InUse is the sampled line (every batch), each other
+    rank a dashed line over it at the gathered batches, so both show where they coincide."""
     from hpu_nb.notebook.memory_monitor import TrainingSummary
 
     svg = TrainingSummary(_two_rank_monitor(10 * MIB)).memory_svg()
     lines = _rank_lines(svg)
-    assert sorted(lines) == [0, 1]
-    assert lines[0]["points"] == lines[1]["points"]  # the same values: the same coordinates...
-    assert (lines[0]["stroke"], lines[0]["width"], lines[0]["dash"]) != (lines[1]["stroke"], lines[1]["width"],
-                                                                         lines[1]["dash"])  # ...drawn apart
-    assert float(lines[0]["width"]) > 2 * float(lines[1]["width"]) and lines[1]["dash"]  # a band, a dashed line in it
-    # the frame: 640 x 170, plot from x 70 to 630 and y 10 to 148; batches 1..5; the axis tops at the peak (12 MiB,
-    # the Limit being off scale) + 8%
-    top, height, ymax = 10, 138, 12 * MIB * 1.08
+    assert sorted(lines) == [1] and lines[1]["dash"]  # one line per rank: rank 0's is InUse
+    # the frame: 640 x 170, plot from x 70 to 630 and y 22 to 148 (its title above it); batches 1..5; the axis tops
+    # at the peak (12 MiB, the Limit being off scale) + 8%
+    top, height, ymax = 22, 126, 12 * MIB * 1.08
     y = top + height * (1 - 10 * MIB / ymax)
     xs = [70 + 560 * (x - 1) / 4 for x in (2, 3, 4, 5)]
     assert lines[1]["points"] == " ".join(f"{x:.1f},{y:.1f}" for x in xs)
-    # rank 0's band under InUse / MaxInUse, rank 1's line over them
-    assert svg.index('data-series="rank0"') < svg.index('stroke="#1f77b4"') < svg.index('data-series="rank1"')
+    in_use = re.search(r'stroke="#1f77b4" stroke-width="1.6"\s+points="([^"]*)"', svg)[1]
+    assert {p.split(",")[1] for p in in_use.split()} == {f"{y:.1f}"}  # rank 0 at the same height, under rank 1
+    assert svg.index('stroke="#1f77b4"') < svg.index('data-series="rank1"')
+    assert svg.index(">device memory</text>") < svg.index("<polyline")  # the title, above the plot
 
 
 def test_snapshot_scales_the_memory_axis_to_the_highest_rank() -> None:
@@ -549,23 +569,55 @@ def test_snapshot_scales_the_memory_axis_to_the_highest_rank() -> None:
     svg = TrainingSummary(_two_rank_monitor(30 * MIB)).memory_svg()
     lines = _rank_lines(svg)
     ymax = 30 * MIB * 1.08  # rank 1 is above rank 0's peak: the axis holds it
-    ys = {r: {float(p.split(",")[1]) for p in lines[r]["points"].split()} for r in (0, 1)}
-    assert ys[1] == {round(10 + 138 * (1 - 30 * MIB / ymax), 1)} and ys[0] == {round(10 + 138 * (1 - 10 * MIB / ymax),
-                                                                                     1)}
-    assert min(ys[1]) >= 10  # inside the plot
+    ys = {float(p.split(",")[1]) for p in lines[1]["points"].split()}
+    assert ys == {round(22 + 126 * (1 - 30 * MIB / ymax), 1)}
+    assert min(ys) >= 22  # inside the plot
 
 
-def test_snapshot_legend_names_every_rank_and_one_device_has_no_rank_entries() -> None:
+def test_snapshot_legend_has_one_entry_per_rank_and_series_and_one_device_has_no_rank_entries() -> None:
     from hpu_nb.notebook.memory_monitor import TrainingSummary
 
     page = TrainingSummary(_two_rank_monitor(10 * MIB)).html()
-    for rank in (0, 1):
-        assert f'<span data-series="rank{rank}"' in page and f"rank {rank} InUse</span>" in page
-    assert "InUse (rank 0)" in page and "MaxInUse (rank 0)" in page  # the every-batch lines are rank 0's samples
+    assert '<span data-series="rank1"' in page and "rank 1 InUse</span>" in page
+    assert "rank 0 InUse</span>" in page and "rank 0 MaxInUse</span>" in page  # the every-batch lines: rank 0's
+    assert page.count("InUse</span>") == 3 and "(rank 0)" not in page  # rank 0 InUse, rank 0 MaxInUse, rank 1 InUse
     single = _two_rank_monitor(10 * MIB)
     single.rank_history = {"x": [], "in_use": [], "max_in_use": []}
     page = TrainingSummary(single).html()
     assert 'data-series="rank' not in page and "rank 0" not in page and "━ InUse</span>" in page
+
+
+def test_snapshot_throughput_axis_ignores_a_spike_and_counts_it() -> None:
+    """Issue 39: one 14,360 samples/s step against a median of 258 put every other step on the floor."""
+    from hpu_nb.notebook.memory_monitor import TrainingSummary
+
+    monitor = _two_rank_monitor(10 * MIB)
+    monitor.history.clear()
+    rates = [250.0, 258.0, 262.0, 255.0, 14360.0, 260.0, 257.0, 259.0]
+    for x, rate in enumerate(rates, start=1):
+        monitor.history.append([x, 2**30, 10 * MIB, 12 * MIB, 0, 0, 1.0, 8 / rate, 8, 1])
+    svg = TrainingSummary(monitor).rate_svg()
+    assert "1 step off scale (fastest 14,360)" in svg
+    ys = [float(p.split(",")[1]) for p in re.search(r'stroke="#9467bd"[^>]*points="([^"]*)"', svg)[1].split()]
+    typical = [y for y, rate in zip(ys, rates, strict=True) if rate < 1000]
+    # the typical steps sit in the upper half of the plot (y 22..78) instead of within a pixel of its floor
+    assert max(typical) < 22 + 56 / 2 and min(ys) >= 22
+
+
+def test_a_user_interrupt_is_stopped_by_you_not_an_error() -> None:
+    from hpu_nb.core.strategy_parts.interrupts import FitInterrupted
+    from hpu_nb.notebook.memory_monitor import TrainingSummary
+
+    for interrupt in (KeyboardInterrupt(), FitInterrupted("Stopped by you")):
+        monitor = _two_rank_monitor(10 * MIB)
+        monitor.status, monitor._finished = "running", False
+        monitor.on_exception(None, None, interrupt)
+        assert monitor.status == "stopped"
+        assert "(stopped by you)" in TrainingSummary(monitor).text() and "error" not in TrainingSummary(monitor).text()
+    monitor = _two_rank_monitor(10 * MIB)
+    monitor.status, monitor._finished = "running", False
+    monitor.on_exception(None, None, RuntimeError("boom"))
+    assert monitor.status == "error"
 
 
 # -- a forked worker's output keeps its order: one pipe to the kernel, flushed at exit ---------------------------------

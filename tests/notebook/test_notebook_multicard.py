@@ -31,7 +31,13 @@ def fit(strategy):
                         enable_progress_bar=False, enable_model_summary=False, strategy=strategy)
     trainer.fit(model, data())
     print(json.dumps({{"launcher": type(trainer.strategy.launcher).__name__,
-                      "weights": {{k: v.tolist() for k, v in model.state_dict().items()}}}}))
+                      "weights": {{k: v.tolist() for k, v in model.state_dict().items()}},
+                      "epoch": trainer.current_epoch, "global_step": trainer.global_step,
+                      "batches": trainer.fit_loop.epoch_loop.batch_progress.total.completed,
+                      "restarting": trainer.fit_loop.restarting, "finished": trainer.state.finished,
+                      "logged": {{k: float(v) for k, v in trainer.logged_metrics.items()}},
+                      "callback": {{k: float(v) for k, v in trainer.callback_metrics.items()}},
+                      "bar": {{k: float(v) for k, v in trainer.progress_bar_metrics.items()}}}}))
 """
 
 # Each as a user writes it in a cell: FSDP by name (the config widget's code names it too) and with sharded
@@ -41,6 +47,10 @@ CELLS = {
     "fsdp sharded offload": 'fit(HPUFSDPStrategy(state_dict_type="sharded", cpu_offload=True))',
     "hpu_ddp": 'fit("hpu_ddp")',
     "deepspeed zero-3 offload": 'fit(make_strategy("ds:3:offload"))',
+    # Lightning's own names, as its advice in a notebook gives them: hpu_nb's HPU strategies with their arguments
+    "ddp": 'fit("ddp")',
+    "ddp_notebook": 'fit("ddp_notebook")',
+    "deepspeed": 'fit("deepspeed")',
 }
 
 
@@ -67,7 +77,7 @@ def reference_weights() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.timeout(600)
-def test_every_strategy_hands_the_trained_weights_to_the_notebook(monkeypatch):
+def test_every_strategy_hands_the_trained_weights_and_progress_to_the_notebook(monkeypatch):
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")  # the kernel's environment: FSDP runs in eager mode only
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (SETUP, *CELLS.values())])
     nbclient.NotebookClient(nb, timeout=240, kernel_name="python3").execute()
@@ -85,6 +95,13 @@ def test_every_strategy_hands_the_trained_weights_to_the_notebook(monkeypatch):
             assert not torch.equal(got[key], initial[key]), (name, key)  # trained, not the notebook's initial model
             error = float((got[key] - want).abs().max())
             assert torch.allclose(got[key], want, rtol=1e-5, atol=1e-6), (name, key, error)
+        # the loops' progress, as a one-card fit shows it (Lightning's launcher leaves 0 here): 1 epoch of 32 samples
+        # per rank in batches of 8, and the metrics logged in the workers' last step (rank_sum: 1 + 2, summed)
+        assert (result["epoch"], result["global_step"], result["batches"]) == (1, 4, 4), (name, result["epoch"])
+        assert result["finished"] and not result["restarting"], name
+        assert set(result["logged"]) >= {"train_loss", "rank_sum"}, name
+        assert result["logged"]["rank_sum"] == 3.0, name
+        assert result["logged"]["train_loss"] == result["callback"]["train_loss"], name
 
 
 def _initial_weights() -> dict[str, torch.Tensor]:
@@ -134,7 +151,7 @@ def test_memory_monitor_on_two_cards_draws_every_rank_live(strategy):
     assert all(p[2] > 0 and p[3] >= p[2] for p in batches), result["points"]  # InUse <= MaxInUse
     ranks = result["ranks"]
     assert ranks["x"] == list(range(2, 10))  # gathered at every training step (log_every_n_steps=1)
-    assert all(len(row) == 2 and min(row) > 0 for row in ranks["in_use"])  # both ranks' memory
+    assert all(len(row) == 2 and min(row) > 0 for row in ranks["in_use"]), ranks  # both ranks' memory
     # drawn while the workers ran: by the thread that follows them (it ends before fit returns), points and ranks
     relayed = [trait for thread, trait in result["during_fit"] if thread == "MemoryMonitor relay"]
     assert set(relayed) == {"delta", "ranks"} and relayed.count("ranks") == 8

@@ -25,6 +25,9 @@ def _trainer_arguments(code: str) -> dict[str, object]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 namespace[alias.asname or alias.name] = importlib.import_module(alias.name)
+        elif isinstance(node, ast.ImportFrom):  # the logger's class
+            for alias in node.names:
+                namespace[alias.asname or alias.name] = getattr(importlib.import_module(node.module), alias.name)
     (call,) = [node.value for node in tree.body if isinstance(node, ast.Assign)
                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "trainer"]
     assert isinstance(call, ast.Call)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.precision import Precision
 from lightning.fabric.plugins.precision.fsdp import FSDPPrecision
-from lightning.fabric.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from lightning.fabric.utilities.rank_zero import rank_zero_info
 from torch.nn import Module
 from typing_extensions import override
 
@@ -28,6 +28,7 @@ from hpu_nb.core.mixed_precision import autocast_context, loss_scaler, optimizer
 from hpu_nb.core.oplists import OpListSource, apply_op_lists, load_op_lists, shadowed_fp32_ops
 from hpu_nb.core.precision_names import validate_precision
 from hpu_nb.core.strategy_parts.fsdp import HPUFSDPPrecisionMixin
+from hpu_nb.core.user_warnings import warn_at_user_code
 from hpu_nb.runtime.autocast_lists import DEFAULT_LOWER_OPS
 
 __all__ = ["HPUFSDPPrecision", "HPUPrecision"]
@@ -93,7 +94,7 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         """Make the given lists the device's (process-wide, as on a Gaudi); refuse where they cannot take effect."""
         shadowed = shadowed_fp32_ops(self.op_lists, DEFAULT_LOWER_OPS)
         if shadowed:
-            rank_zero_warn(
+            warn_at_user_code(  # shown at the user's line that built the plugin, not at this one
                 f"fp32_list names {shadowed}, which the lower-precision list in force (Habana's default) also names;"
                 " Habana checks the lower list first, so they still run in the lower precision. Pass lower_list= too."
             )
@@ -101,7 +102,7 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         if not in_force:
             raise RuntimeError(f"{type(self).__name__}(lower_list=..., fp32_list=...): {note}")
         if note:
-            rank_zero_warn(f"{type(self).__name__}: {note}.")
+            warn_at_user_code(f"{type(self).__name__}: {note}.")
         if self.verbose:
             rank_zero_info(f"{type(self).__name__}({self.precision!r}): autocast {self.op_lists!r}")
 

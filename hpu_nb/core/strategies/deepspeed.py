@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +33,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from hpu_nb.core import noise
+from hpu_nb.core.strategies import deepspeed_ops
 from hpu_nb.core.strategies.deepspeed_config import (
     EXTRA_HINT,
     OPTIMIZER_OFFLOAD_STAGES,
@@ -212,6 +214,17 @@ class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedInferenceMixin, Dee
             )
         return engine, ds_optimizer
 
+    # -- checkpoints: DeepSpeed's engine calls torch's barrier itself (ZeRO-3 gathers, then every rank waits) ----
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None) -> None:
+        with noise.quiet_barrier():  # torch's "barrier(): using the device under current context" (noise.py)
+            super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        with noise.quiet_barrier():
+            return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+
     # -- optimizers: the LightningModule's win over the config's -------------------------------------------------
     @override
     def _initialize_deepspeed_train(self, model: Any) -> None:
@@ -279,6 +292,17 @@ class _DeepSpeedMultiProcessingLauncher(HPUMultiProcessingLauncher):
     """
 
     _strategy: HPUDeepSpeedStrategy
+
+    @override
+    def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        """ZeRO-Offload steps DeepSpeedCPUAdam, a C++ op: where it is still to be compiled, this process compiles it
+        before any worker starts, saying so (deepspeed_ops.build_announced), rather than a worker in silence. Not when
+        the config lets a torch optimizer step on the CPU (`zero_force_ds_cpu_optimizer: false`): nothing loads it."""
+        config = self._strategy.config or {}
+        offload = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+        if offload.get("device") in ("cpu", "nvme") and config.get("zero_force_ds_cpu_optimizer", True) is not False:
+            deepspeed_ops.build_announced()
+        return super().launch(function, *args, trainer=trainer, **kwargs)
 
     @override
     def _collect_rank_zero_results(self, trainer: Any, results: Any) -> Any:

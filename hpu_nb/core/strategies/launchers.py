@@ -1,7 +1,8 @@
 """The Trainer's launchers: Lightning's fork / spawn and script launchers with hpu_nb's fork check and liveness
 (hpu_nb.core.strategy_parts.launchers, shared with Fabric), plus what only a Trainer has: its workers stop together at
 a step boundary on an interrupt (interrupts.py), the callbacks that follow the workers from the launching process, and
-the weights handed back to a notebook's model.
+what rank 0 hands back to a notebook: the weights onto its model, and beyond Lightning's trainer state and callback
+metrics, the loops' progress (current_epoch, global_step) and the logged metrics (trainer_results.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcess
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from typing_extensions import override
 
-from hpu_nb.core.strategies import interrupts
+from hpu_nb.core.strategies import interrupts, trainer_results
 from hpu_nb.core.strategy_parts.launchers import ScriptLivenessMixin, WorkerLivenessMixin
 
 __all__ = ["HPUMultiProcessingLauncher", "HPUSubprocessScriptLauncher"]
@@ -42,16 +43,21 @@ class HPUMultiProcessingLauncher(WorkerLivenessMixin, _MultiProcessingLauncher):
 
     @override
     def get_extra_results(self, trainer: Any) -> dict[str, Any]:
-        """In rank 0, after its fit: also the steps it ran and whether an interrupt stopped it there."""
+        """In rank 0, after its fit: also the steps it ran and whether an interrupt stopped it there, the loops'
+        progress and the logged / progress-bar metrics (trainer_results.py)."""
         extra = super().get_extra_results(trainer)
         stop = getattr(self, "_stop", None)
         extra[interrupts.WORKER_STEPS] = (int(trainer.global_step), stop is not None and stop.stopped)
+        extra[trainer_results.EXTRA_KEY] = trainer_results.collect(trainer)
         return extra
 
     @override
     def update_main_process_results(self, trainer: Any, extra: dict[str, Any]) -> None:
         self._worker_steps = extra.pop(interrupts.WORKER_STEPS, None)
+        results = extra.pop(trainer_results.EXTRA_KEY, None)
         super().update_main_process_results(trainer, extra)
+        if results is not None:
+            trainer_results.restore(trainer, results)
 
     @override
     def _recover_results_in_main_process(self, worker_output: Any, trainer: Any) -> None:

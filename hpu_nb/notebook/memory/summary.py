@@ -101,7 +101,8 @@ class TrainingSummary:
         head = f"MemoryMonitor — {self.device_label}"
         if self.status == "idle" and not self.points:
             return [head, "No samples yet: pass it to a Trainer as a callback (callbacks=[monitor]) and fit."]
-        lines = [f"{head} — {self.stage or 'run'}: {self.samples} batches sampled ({self.status})"]
+        status = "stopped by you" if self.status == "stopped" else self.status
+        lines = [f"{head} — {self.stage or 'run'}: {self.samples} batches sampled ({status})"]
         if "InUse" not in self.current:
             lines.append(f"This accelerator reports no HPU memory counters: {sorted(self.current)}")
             return lines
@@ -162,14 +163,14 @@ class TrainingSummary:
         ymax = max(limit if show_limit else top, top, 1) * 1.08
         plot = SvgPlot(self.points, width, height, ymax, self.oom.get("x", 0))
         parts = plot.frame([(0, format_bytes(0)), (ymax / 1.08 / 2, format_bytes(ymax / 1.08 / 2)),
-                            (ymax / 1.08, format_bytes(ymax / 1.08))])
+                            (ymax / 1.08, format_bytes(ymax / 1.08))], label="device memory")
         if show_limit:
             parts.append(plot.line(LIMIT, "#d62728", 'stroke-dasharray="5,3"'))
         else:
-            parts.append(f'<text x="{plot.left + 6}" y="{plot.top + 12}" fill="#d62728">Limit {format_bytes(limit)} '
-                         "(off scale)</text>")
-        # rank 0's wide band under the lines, the other ranks' dashed lines over them (svg.RANK_STYLES)
-        parts += [plot.rank_line(0, *ranks[0])] if ranks else []
+            parts.append(f'<text x="{plot.left + plot.w}" y="{plot.top - 6}" text-anchor="end" fill="#d62728">Limit '
+                         f"{format_bytes(limit)} (off scale)</text>")
+        # InUse / MaxInUse are rank 0's (sampled every batch); the other ranks' gathered InUse as dashed lines over
+        # them (svg.RANK_STYLES): one line per rank and series
         parts += [plot.line(MAX_IN_USE, "#ff7f0e"), plot.line(IN_USE, "#1f77b4")]
         parts += [plot.rank_line(r, *series) for r, series in enumerate(ranks) if r]
         if self.oom:
@@ -200,9 +201,20 @@ class TrainingSummary:
         if not rates:
             return ""
         low, high = min(rates), max(rates)
-        pad = (high - low) * 0.08 or abs(high) * 0.1 or 1.0
-        plot = SvgPlot(rated, width, height, high + pad, 0, ymin=max(0.0, low - pad))
-        parts = plot.frame([(low, f"{low:,.0f}"), (high, f"{high:,.0f}")], label="throughput per step (samples/s)")
+        # the axis ignores spikes, as the live chart's (TensorBoard's "ignore outliers"): one fast step no longer
+        # flattens the others to the floor; faster steps are drawn at the top edge and counted
+        top = robust_top(sorted(rates))
+        spikes = sum(rate > top for rate in rates)
+        clipped = [p[:SECONDS] + [min(p[SECONDS], top)] + p[SECONDS + 1:] for p in rated]
+        pad = (top - low) * 0.08 or abs(top) * 0.1 or 1.0
+        median = _quantile(sorted(rates), 0.5)
+        # from 0, as the live chart: a step at half the speed reads as half the height
+        plot = SvgPlot(clipped, width, height, top + pad, 0, ymin=0.0)
+        parts = plot.frame([(0.0, "0"), (median, f"{median:,.0f}"), (top, f"{top:,.0f}")],
+                           label="throughput per step (samples/s)")
+        if spikes:
+            parts.append(f'<text x="{plot.left + plot.w}" y="{plot.top - 6}" text-anchor="end" fill="#9467bd">'
+                         f"{spikes} step{'' if spikes == 1 else 's'} off scale (fastest {high:,.0f})</text>")
         return "".join(parts) + plot.line(SECONDS, "#9467bd") + "</svg>"
 
     def training_svg(self, width: int = 640) -> str:
@@ -216,11 +228,11 @@ class TrainingSummary:
 
     def legend_html(self) -> str:
         """The charts' legend: one entry per line drawn, each rank's with a swatch of its own line style."""
-        of_rank0 = " (rank 0)" if self.rank_count else ""
-        entries = [f'<span style="color:#1f77b4">━ InUse{of_rank0}</span>',
-                   f'<span style="color:#ff7f0e">━ MaxInUse{of_rank0}</span>',
+        rank0 = "rank 0 " if self.rank_count else ""
+        entries = [f'<span style="color:#1f77b4">━ {rank0}InUse</span>',
+                   f'<span style="color:#ff7f0e">━ {rank0}MaxInUse</span>',
                    '<span style="color:#d62728">┅ Limit</span>']
-        for rank in range(self.rank_count):
+        for rank in range(1, self.rank_count):
             colour, width, dash, opacity = rank_style(rank)
             dashed = f' stroke-dasharray="{dash}"' if dash else ""
             swatch = (f'<svg width="20" height="8" style="vertical-align:middle"><line x1="0" y1="4" x2="20" '
@@ -239,3 +251,21 @@ class TrainingSummary:
         charts = self.memory_svg() + ("<br>" + training if training else "")
         return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
                 f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
+
+
+def robust_top(ordered: list[float]) -> float:
+    """The top of the throughput axis for sorted values (static/training_chart.js's robustTop is the same rule): with
+    5 or more, Tukey's far-out fence (Q3 + 3 IQR) but at least 1.2 x the median, never above the maximum; a handful of
+    fast steps (a percentile would follow them) then sit above it."""
+    high = ordered[-1]
+    if len(ordered) < 5:
+        return high
+    q1, median, q3 = (_quantile(ordered, q) for q in (0.25, 0.5, 0.75))
+    return min(high, max(q3 + 3 * (q3 - q1), 1.2 * median))
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, linearly interpolated (as the live chart's)."""
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

@@ -27,7 +27,7 @@ def rank_style(rank: int) -> tuple[str, float, str, float]:
 class SvgPlot:
     """Coordinates and frame of one static SVG chart over the batch axis."""
 
-    left, right, top, bottom = 70, 10, 10, 22
+    left, right, top, bottom = 70, 10, 22, 22  # the title sits above the plotting area (`frame(label=...)`)
 
     def __init__(self, points: list[list[float]], width: int, height: int, ymax: float, x_extra: float,
                  ymin: float = 0.0) -> None:
@@ -51,7 +51,7 @@ class SvgPlot:
             parts.append(f'<text x="{self.left - 4}" y="{self.sy(y) + 3:.1f}" text-anchor="end">{html.escape(text)}'
                          "</text>")
         if label:
-            parts.append(f'<text x="{self.left + 4}" y="{self.top + 11}" fill="#555">{label}</text>')
+            parts.append(f'<text x="{self.left}" y="{self.top - 6}" fill="#555">{label}</text>')
         parts.append(f'<text x="{self.left}" y="{self.height - 6}">batch {self.x0:g}</text>')
         parts.append(f'<text x="{self.left + self.w}" y="{self.height - 6}" text-anchor="end">{self.x1:g}</text>')
         for a, b in zip(self.points, self.points[1:]):

@@ -130,7 +130,12 @@ function render({ model, el }) {
       issues.appendChild(li);
     }
     issues.style.display = list.length ? "" : "none";
-    el.setAttribute("data-errors", String(list.filter((i) => i.level === "error").length));
+    const errors = list.filter((i) => i.level === "error").length;
+    el.setAttribute("data-errors", String(errors));
+    // code with errors would raise where it is run: it can still be read and copied, not inserted as a cell to run
+    insert.disabled = errors > 0;
+    insert.title = errors > 0 ? "Fix the errors above first: this code would raise"
+      : "Put the code into a new cell below this one";
   };
   copy.addEventListener("click", async () => {
     const ok = await copyText(model.get("code"));

@@ -32,6 +32,29 @@ function fmtNs(ns) {
   return Math.round(ns) + " ns";
 }
 
+// The time axis: every tick in the one unit its span reads best in ("0 ms", "2.5 ms", ... not "0 ns" then "ms")
+function axisUnit(span) {
+  if (span >= 1e9) return [1e9, "s"];
+  if (span >= 1e6) return [1e6, "ms"];
+  if (span >= 1e3) return [1e3, "us"];
+  return [1, "ns"];
+}
+
+function fmtAxis(ns, span) {
+  const [div, unit] = axisUnit(span);
+  const step = span / 4 / div;  // the ticks' spacing, in the unit: as many decimals as it needs
+  const digits = step >= 10 ? 0 : step >= 1 ? 1 : step >= 0.1 ? 2 : 3;
+  return `${(ns / div).toFixed(digits)} ${unit}`;
+}
+
+// An op's name cut in the middle, not at its end: Lightning's "[pl][profile][Strategy]SingleHPUStrategy.training_step"
+// and "...validation_step" differ only at the end, so a cut end made their rows look the same.
+function middleCut(name, max = 38) {
+  if (name.length <= max) return name;
+  const head = Math.ceil((max - 1) * 0.4);
+  return `${name.slice(0, head)}…${name.slice(name.length - (max - 1 - head))}`;
+}
+
 function unpack(model) {
   const meta = model.get("payload_meta") || {};
   const n = meta.n || 0;
@@ -187,7 +210,7 @@ function render({ model, el: root }) {
     for (let k = 0; k <= 4; k++) {
       const x = LABEL_W + (w * k) / 4;
       ctx.textAlign = k === 0 ? "left" : k === 4 ? "right" : "center";
-      ctx.fillText(fmtNs(view[0] + ((view[1] - view[0]) * k) / 4), x, AXIS_H / 2);
+      ctx.fillText(fmtAxis(view[0] + ((view[1] - view[0]) * k) / 4, view[1] - view[0]), x, AXIS_H / 2);
     }
     ctx.textAlign = "left";
     // items
@@ -380,7 +403,7 @@ function render({ model, el: root }) {
     (model.get("ops") || []).forEach(([name, calls, total, self]) => {
       const tr = el("tr");
       tr.title = "search for this op";
-      const cell = el("td", "hpu-trace-name", name);
+      const cell = el("td", "hpu-trace-name", middleCut(name));
       cell.title = name; // the whole (server-bounded) name when the column cuts it
       tr.append(cell, el("td", "", String(calls)), el("td", "", fmtNs(total)), el("td", "", fmtNs(self)));
       tr.addEventListener("click", () => useQuery(name));

@@ -28,11 +28,39 @@ function rankCount(ranks) {
   return ranks && ranks.x && ranks.x.length && inUse.length ? inUse[0].length : 0;
 }
 const W = 640, L = 72, R = 14;
+const TITLE = 14;  // each panel's title sits in a row of its own above the plotting area: no line crosses it
 const PANELS = [
-  { key: "memory", height: 190, title: "device memory" },
-  { key: "loss", height: 100, title: "training loss" },
-  { key: "rate", height: 100, title: "throughput per step (samples/s)" },
+  { key: "memory", height: 190 + TITLE, title: "device memory" },
+  { key: "loss", height: 100 + TITLE, title: "training loss (line: smoothed; dots: each step)" },
+  { key: "rate", height: 100 + TITLE, title: "throughput per step, samples/s (line: smoothed; dots: each step)" },
 ];
+// TensorBoard's scalar smoothing: an exponential moving average, debiased so the first steps are not pulled to 0
+const SMOOTHING = 0.6;
+// the throughput axis ignores spikes, as TensorBoard's "ignore outliers" (hpu_nb/notebook/memory/summary.py's
+// robust_top is the same rule): with 5 or more steps its top is Tukey's far-out fence (Q3 + 3 IQR), at least 1.2 x the
+// median; faster steps are marked at the top edge and counted (one fast step used to flatten every other to the floor)
+function robustTop(sorted) {
+  const high = sorted[sorted.length - 1];
+  if (sorted.length < 5) return high;
+  const q1 = quantile(sorted, 0.25), median = quantile(sorted, 0.5), q3 = quantile(sorted, 0.75);
+  return Math.min(high, Math.max(q3 + 3 * (q3 - q1), 1.2 * median));
+}
+
+function smoothed(values) {
+  let last = 0, n = 0;
+  return values.map((v) => {
+    if (!Number.isFinite(v)) return NaN;
+    n += 1;
+    last = last * SMOOTHING + (1 - SMOOTHING) * v;
+    return last / (1 - Math.pow(SMOOTHING, n));
+  });
+}
+
+function quantile(sorted, q) {
+  const pos = (sorted.length - 1) * q;
+  const lo = Math.floor(pos), hi = Math.ceil(pos);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+}
 
 // the same format as hpu_nb's format_bytes (the summary, the messages): one figure reads the same everywhere
 function formatBytes(n) {
@@ -113,8 +141,9 @@ function niceBytesStep(span) {
 function pathOf(points, sx, sy, value) {
   let d = "";
   let pen = false;
-  for (const p of points) {
-    const v = value(p);
+  for (let i = 0; i < points.length; i += 1) {
+    const p = points[i];
+    const v = value(p, i);
     if (!Number.isFinite(v)) { pen = false; continue; }
     d += `${pen ? "L" : "M"}${sx(p[F.x]).toFixed(1)},${sy(v).toFixed(1)}`;
     pen = true;
@@ -135,7 +164,7 @@ function drawChart(svg, store, model, scaleMode) {
   const layout = {};
   let y = 6;
   for (const panel of PANELS) {
-    layout[panel.key] = { top: y, h: panel.height - 16 };
+    layout[panel.key] = { top: y + TITLE, h: panel.height - 16 - TITLE };
     y += panel.height;
   }
   if (pts.length === 0) {
@@ -171,7 +200,7 @@ function drawChart(svg, store, model, scaleMode) {
       node("line", { x1: sx(ex), x2: sx(ex), y1: top, y2: top + h, class: "hpu-tc-epoch" }, svg, SVG);
       if (panel.key === "memory") text(svg, { x: sx(ex) + 3, y: top + h - 4, class: "hpu-tc-epoch-label" }, `epoch ${epoch}`);
     }
-    text(svg, { x: L + 6, y: top + 12, class: "hpu-tc-panel-title" }, panel.title);
+    text(svg, { x: L, y: top - 4, class: "hpu-tc-panel-title" }, panel.title);
   }
   // memory
   {
@@ -200,7 +229,8 @@ function drawChart(svg, store, model, scaleMode) {
       svg, SVG);
     };
     const nRanks = rankCount(ranks);
-    if (nRanks) rankLine(0);  // under the lines
+    // rank 0's InUse / MaxInUse are the sampled lines (every batch); the other ranks' InUse come from the gathers:
+    // one line, and one legend entry, per rank and series
     const series = showLimit ? ["Limit", "MaxInUse", "InUse"] : ["MaxInUse", "InUse"];
     for (const name of series) {
       node("path", { d: pathOf(pts, sx, sy, (p) => p[F[name]]), class: `hpu-tc-line hpu-tc-${name}`,
@@ -208,7 +238,7 @@ function drawChart(svg, store, model, scaleMode) {
     }
     for (let r = 1; r < nRanks; r += 1) rankLine(r);  // over them
     if (!showLimit) {
-      text(svg, { x: L + w - 6, y: top + 12, "text-anchor": "end", class: "hpu-tc-offscale" },
+      text(svg, { x: L + w, y: top - 4, "text-anchor": "end", class: "hpu-tc-offscale" },
         `Limit ${formatBytes(limit)} off scale (peak ${(100 * peak / limit).toFixed(2)}% of it)`);
     }
     if (oom.x !== undefined) {
@@ -231,17 +261,43 @@ function drawChart(svg, store, model, scaleMode) {
         key === "loss" ? "no loss yet (training_step returns it)" : "no timed training batch yet");
       continue;
     }
-    const low = Math.min(...values), high = Math.max(...values);
-    const pad = (high - low) * 0.1 || Math.abs(high) * 0.1 || 1;
-    const lo = key === "rate" ? Math.max(0, low - pad) : low - pad;
-    const hi = high + pad;
-    const sy = (v) => top + h * (1 - (v - lo) / (hi - lo));
+    const sorted = [...values].sort((a, b) => a - b);
+    const low = sorted[0], high = sorted[sorted.length - 1];
+    // the rate's axis ignores spikes (robustTop): they are marked, not scaled to
+    const top95 = key === "rate" ? robustTop(sorted) : high;
+    const pad = (top95 - low) * 0.1 || Math.abs(top95) * 0.1 || 1;
+    // the rate's axis starts at 0: a step at half the speed reads as half the height (a flat run stays mid-panel)
+    const lo = key === "rate" ? 0 : low - pad;
+    const hi = top95 + pad;
+    const sy = (v) => top + h * (1 - (Math.min(v, hi) - lo) / (hi - lo));
     scales[key] = sy;
-    for (const v of [low, high]) {  // the ticks are the data's own minimum and maximum
+    const ticks = key === "rate" ? [0, quantile(sorted, 0.5), top95] : [low, high];
+    for (const v of ticks) {  // the data's own minimum and maximum (the rate: 0, its median and its axis top)
       node("line", { x1: L, x2: L + w, y1: sy(v), y2: sy(v), class: "hpu-tc-grid" }, svg, SVG);
       text(svg, { x: L - 6, y: sy(v) + 4, "text-anchor": "end", class: "hpu-tc-tick" }, label(v));
     }
-    node("path", { d: pathOf(pts, sx, sy, value), class: "hpu-tc-line", stroke: colour, "data-series": key }, svg, SVG);
+    const raw = pts.map(value);
+    const dots = node("g", { class: "hpu-tc-raw", fill: colour, "data-series": `${key}-raw` }, svg, SVG);
+    let spikes = 0;
+    raw.forEach((v, i) => {
+      if (!Number.isFinite(v)) return;
+      const cx = sx(pts[i][F.x]).toFixed(1);
+      if (v > hi) {  // off scale: a mark at the top edge
+        spikes += 1;
+        node("path", { d: `M${cx},${top + 1}l-3.5,6h7z`, class: "hpu-tc-spike", fill: colour }, dots, SVG);
+      } else {
+        node("circle", { cx, cy: sy(v).toFixed(1), r: 1.6 }, dots, SVG);
+      }
+    });
+    const smooth = smoothed(raw);
+    node("path", { d: pathOf(pts, sx, sy, (p, i) => smooth[i]), class: "hpu-tc-line", stroke: colour,
+      "data-series": key }, svg, SVG);
+    svg.setAttribute(`data-${key}-top`, String(hi));
+    svg.setAttribute(`data-${key}-offscale`, String(spikes));
+    if (spikes) {
+      text(svg, { x: L + w, y: top - 4, "text-anchor": "end", class: "hpu-tc-offscale" },
+        `▲ ${spikes} step${spikes === 1 ? "" : "s"} off scale (fastest ${label(high)})`);
+    }
   }
   text(svg, { x: L, y: H - 6, class: "hpu-tc-tick" }, `batch ${x0}`);
   text(svg, { x: L + w, y: H - 6, "text-anchor": "end", class: "hpu-tc-tick" }, `${x1}`);
@@ -279,19 +335,20 @@ function drawCounters(table, model) {
   }
 }
 
-// One entry per line drawn; on several cards InUse / MaxInUse are rank 0's samples and each rank has its own entry.
+// One entry per line drawn, one per rank and series: on several cards InUse / MaxInUse are rank 0's (sampled every
+// batch) and every other rank has its InUse entry (gathered).
 function drawLegend(legend, ranks) {
   while (legend.firstChild) legend.removeChild(legend.firstChild);
   const nRanks = rankCount(ranks);
-  const ofRank0 = nRanks ? " (rank 0)" : "";
+  const rank0 = nRanks ? "rank 0 " : "";
   const item = (name, series) => node("span", { class: "hpu-tc-legend-item", "data-series": series }, legend);
-  for (const [name, series, colour, cls] of [[`InUse${ofRank0}`, "InUse", COLORS.InUse, ""],
-    [`MaxInUse${ofRank0}`, "MaxInUse", COLORS.MaxInUse, ""], ["Limit", "Limit", COLORS.Limit, " dashed"]]) {
+  for (const [name, series, colour, cls] of [[`${rank0}InUse`, "InUse", COLORS.InUse, ""],
+    [`${rank0}MaxInUse`, "MaxInUse", COLORS.MaxInUse, ""], ["Limit", "Limit", COLORS.Limit, " dashed"]]) {
     const entry = item(name, series);
     node("span", { class: `hpu-tc-swatch${cls}`, style: `background:${colour}` }, entry);
     entry.appendChild(document.createTextNode(name));
   }
-  for (let r = 0; r < nRanks; r += 1) {
+  for (let r = 1; r < nRanks; r += 1) {
     const style = rankStyle(r);
     const entry = item(`rank ${r} InUse`, `rank${r}`);
     entry.setAttribute("title", `rank ${r}'s InUse, gathered every log_every_n_steps training steps`);
@@ -387,7 +444,7 @@ function render({ model, el: root }) {
         badge.className = `hpu-tc-badge ${emulated ? "emulated" : "real"}`;
         const st = model.get("status");
         const stage = model.get("stage");
-        status.textContent = `${stage ? stage + ": " : ""}${st}`;
+        status.textContent = `${stage ? stage + ": " : ""}${st === "stopped" ? "stopped by you" : st}`;
         status.className = `hpu-tc-status hpu-tc-status-${st}`;
         scaleBtn.textContent = scaleMode === "auto" ? "memory axis: auto" : "memory axis: Limit";
         geometry = drawChart(svg, store, model, scaleMode);

@@ -8,6 +8,7 @@ without an edit here.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceStrategy
@@ -93,6 +94,24 @@ def precision_label(precision: str) -> str:
         return words
     since = f"{first_supporting(feature).label}+"
     return f"{words[:-1]}, {since})" if words.endswith(")") else f"{words} ({since})"
+
+
+# the logger of the generated code: never Lightning's default (a lightning_logs/version_N folder per run, and without
+# TensorBoard its "tensorboardX has been removed" warning). TensorBoard is what Gaudi's tutorials open.
+LOG_DIRS = {"tensorboard": "tb_logs", "csv": "csv_logs"}
+LOG_NAME = "hpu_nb"  # the experiment folder under the log directory (Lightning's default name is "lightning_logs")
+LOGGER_CLASSES = {"tensorboard": "TensorBoardLogger", "csv": "CSVLogger"}
+LOGGER_OPTIONS = (("TensorBoard (tb_logs/)", "tensorboard"), ("CSV (csv_logs/)", "csv"), ("none", "none"))
+
+
+def tensorboard_installed() -> bool:
+    """Whether Lightning's TensorBoardLogger can write here (it takes `tensorboard`, else `tensorboardX`)."""
+    return any(importlib.util.find_spec(name) is not None for name in ("tensorboard", "tensorboardX"))
+
+
+def default_logger() -> str:
+    """The form's default logger: TensorBoard where it is installed, else none (nothing written, nothing printed)."""
+    return "tensorboard" if tensorboard_installed() else "none"
 
 
 # (label, value) of each choice, in the form's order

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hpu_nb.notebook.trainer_config.plan import HPU_NB_NAMES, Call, Plan, Ref
+from hpu_nb.notebook.trainer_config.plan import FROM_LIGHTNING, HPU_NB_NAMES, Call, Plan, Ref
 
 
 def resolve(func: str, namespace: dict[str, Any]) -> Any:
@@ -16,6 +16,8 @@ def resolve(func: str, namespace: dict[str, Any]) -> Any:
         obj = namespace[head]
     elif head == "L":
         obj = importlib.import_module("lightning")
+    elif head in FROM_LIGHTNING:
+        obj = getattr(importlib.import_module(FROM_LIGHTNING[head]), head)
     elif head in HPU_NB_NAMES:
         obj = getattr(importlib.import_module("hpu_nb"), head)
     else:

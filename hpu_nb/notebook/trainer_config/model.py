@@ -24,6 +24,10 @@ from hpu_nb.notebook.trainer_config.choices import (
     ACCELERATOR_OPTIONS,
     AUTOCAST_OPTIONS,
     FP8_INFERENCE,
+    LOG_DIRS,
+    LOG_NAME,
+    LOGGER_CLASSES,
+    LOGGER_OPTIONS,
     MIXED,
     PRECISION_OPTIONS,
     SETS_ITSELF,
@@ -31,7 +35,9 @@ from hpu_nb.notebook.trainer_config.choices import (
     STRATEGIES,
     STRATEGY_OPTIONS,
     StrategyChoice,
+    default_logger,
     plugin_precision,
+    tensorboard_installed,
 )
 from hpu_nb.notebook.trainer_config.evaluate import run_plan
 from hpu_nb.notebook.trainer_config.form import control, form_fields
@@ -81,6 +87,9 @@ class TrainerConfig:
     fp8_data_path: str = field(default="fp8_data", metadata=control("fp8 data dir", "text", precision_part=True))
     profiler: bool = field(default=False, metadata=control("profiler", "check", text="HPUProfiler()"))
     monitor: bool = field(default=False, metadata=control("memory chart", "check", text="MemoryMonitor()"))
+    logger: str = field(default_factory=default_logger, metadata=control("logger", "dropdown", options=LOGGER_OPTIONS))
+    checkpointing: bool = field(default=False, metadata=control("checkpoints", "check",
+                                                                text="save checkpoints (ModelCheckpoint)"))
     # not in the form
     offload_lr: float = 1e-3  # learning rate of DeepSpeedCPUAdam, the optimizer ZeRO-Offload needs
     extra: dict[str, Any] = field(default_factory=dict)  # more Trainer arguments, e.g. {"gradient_clip_val": 1.0}
@@ -141,6 +150,9 @@ class TrainerConfig:
         out += self._core_issues(backend)
         self._check_advice(warn)
         self._check_op_lists(err, warn)
+        if self.logger == "tensorboard" and "logger" not in self.extra and not tensorboard_installed():
+            err("logger", "TensorBoard is not installed in this kernel: `pip install tensorboard` (`make lab` installs "
+                          "it), or choose CSV or none.")
         for key, value in self.extra.items():
             problem = extra_problem(key, value)
             if problem is not None:
@@ -289,6 +301,17 @@ class TrainerConfig:
         if self.monitor:
             args["callbacks"] = [Call("MemoryMonitor")]
         notes = []
+        if "logger" not in self.extra:  # `extra` may set it instead
+            args["logger"] = (Call(LOGGER_CLASSES[self.logger], items({"save_dir": LOG_DIRS[self.logger],
+                                                                       "name": LOG_NAME}))
+                              if self.logger in LOGGER_CLASSES else False)
+            if self.logger == "tensorboard":
+                notes.append(("logger", f"to see it: %load_ext tensorboard, then %tensorboard --logdir "
+                                        f"{LOG_DIRS['tensorboard']}"))
+        if "enable_checkpointing" not in self.extra:
+            args["enable_checkpointing"] = self.checkpointing
+            if not self.checkpointing:
+                notes.append(("enable_checkpointing", "no checkpoint files (tick 'checkpoints' in the form for them)"))
         for name, spec in form_fields(type(self)).items():
             if spec.trainer_argument and name not in self.extra:  # `extra` may set it instead
                 args[name] = getattr(self, name)

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 # where each name the generated code uses comes from (datetime / pathlib: a timedelta or a path in `extra`)
+# names imported from a Lightning module (the loggers the form offers)
+FROM_LIGHTNING = {"CSVLogger": "lightning.pytorch.loggers", "TensorBoardLogger": "lightning.pytorch.loggers"}
 IMPORTS = {
     "L": "import lightning as L",
     "datetime": "import datetime",
     "pathlib": "import pathlib",
+    **{name: f"from {module} import {name}" for name, module in FROM_LIGHTNING.items()},
 }
 HPU_NB_NAMES = ("HPUAccelerator", "HPUDeepSpeedPrecisionPlugin", "HPUDeepSpeedStrategy", "HPUFSDPPrecision",
                 "HPUFSDPStrategy", "HPUPrecisionPlugin", "HPUProfiler", "MemoryMonitor")

@@ -132,7 +132,7 @@ def plan_code(plan: Plan, errors: Sequence[Issue] = (), snippets: Sequence[list[
             lines += comment_lines(f"{i.field}: {i.message}", first="#   - ", more="#     ")
         lines.append("")
     names = required_names(plan)
-    lines += [IMPORTS[n] for n in names if n in IMPORTS]
+    lines += sorted((IMPORTS[n] for n in names if n in IMPORTS), key=lambda line: (line.startswith("from "), line))
     ours = [n for n in names if n in HPU_NB_NAMES]
     if ours:
         lines.append(f"from hpu_nb import {', '.join(ours)}")
