@@ -13,7 +13,7 @@ FLAGS: dict[str, str] = {
     "HPU_NB_DEVICE_COUNT": "hpu_nb: how many emulated cards exist (default 8; devices='auto' uses 1 unless set)",
     "HPU_NB_CACHE_DIR": "hpu_nb: where the emulated device's library and fp8 measurements are cached (default"
     " ~/.cache/hpu_nb; code is read from it only when no other user can write it)",
-    "HPU_NB_SHARED_LIBRARY": "hpu_nb: a team's prebuilt emulated-device library (file or folder), used read-only"
+    "HPU_NB_SHARED_LIBRARY": "hpu_nb: a prebuilt emulated-device library a team shares (file or folder), used read-only"
     " through a private copy checked against HPU_NB_SHARED_LIBRARY_SHA256",
     "HPU_NB_SHARED_LIBRARY_SHA256": "hpu_nb: the SHA-256 the team published for HPU_NB_SHARED_LIBRARY (comma-separated"
     " for several)",
