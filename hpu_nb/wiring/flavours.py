@@ -83,9 +83,10 @@ def translated_code(path: Path, fullname: str) -> CodeType:
     """The compiled translation of `path`, from hpu_nb's cache when this source and these rules were translated
     before (each rank of a job, each new kernel, would otherwise translate and compile every module again).
 
-    The cache file's name holds a digest of the source and the rules, and its content starts with the interpreter's
-    bytecode magic number, so a changed source, rule or Python never reads a stale translation. Nothing is written
-    with PYTHONDONTWRITEBYTECODE or where no private cache folder can be written (the module is compiled as before).
+    The cache file's name holds a digest of the source and the rules, and its content starts with a format mark and
+    the interpreter's bytecode magic number, so a changed source, rule or Python never reads a stale translation.
+    Nothing is written with PYTHONDONTWRITEBYTECODE or where no private cache folder can be written (the module is
+    compiled as before).
 
     The bytes are code this process runs, so they are read only from a folder no other user can write
     (hpu_nb.runtime.cache), and only when their keyed digest (BLAKE2b with a key of yours kept in that folder,
@@ -95,7 +96,7 @@ def translated_code(path: Path, fullname: str) -> CodeType:
     source = path.read_bytes()
     digest = hashlib.blake2b(source + repr(_RULES).encode(), digest_size=12).hexdigest()
     name = f"{fullname}.{digest}.{sys.implementation.cache_tag}.bin"
-    magic = importlib.util.MAGIC_NUMBER
+    magic = FORMAT + importlib.util.MAGIC_NUMBER
     for folder, key in _bytecode_stores():
         with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
             data = (folder / name).read_bytes()
@@ -114,6 +115,9 @@ def translated_code(path: Path, fullname: str) -> CodeType:
     return code
 
 
+# Each file: FORMAT, the interpreter's magic number, the keyed digest (TAG_SIZE bytes), the marshalled code. FORMAT
+# comes first so that an hpu_nb from before the digest (which read "magic number + marshal") never takes these as its.
+FORMAT = b"hpu_nb keyed 1\n"
 TAG_SIZE = 32  # bytes of the keyed BLAKE2b digest after the magic number
 KEY_NAME = ".key"  # the per-user key, in the bytecode folder (mode 0600)
 
