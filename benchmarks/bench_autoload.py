@@ -11,6 +11,9 @@ Three figures, each from fresh Python processes (CPU time is the steadier one on
    release's metadata), which every Python process of the environment runs, `import habana_frameworks` or not: a
    fresh `python -S` processes a site folder holding only that `.pth`, or an empty one (paired, interleaved), timed
    in-process; beside it the CPU time of a whole `python -c "import sys"` start-up.
+4. the device library's check before it is loaded (in this process, the built library): the stamp check that
+   `import torch` makes (the file's inode, size, mtime and ctime as when its SHA-256 was last checked) vs the full
+   SHA-256 it replaces once per change of the file.
 Processes run as a user's Python does, with the bytecode cache: where PYTHONDONTWRITEBYTECODE is set (this machine's
 shells set it), every process would compile hpu_nb's modules from source again (about 10 ms, measured with cProfile),
 which no installed package pays. The first, warming run writes the cache.
@@ -25,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "9"))
@@ -108,6 +112,26 @@ def main() -> None:
           f" {statistics.median(extra):+.3f} ms; a whole `python -c 'import sys'`:"
           f" {statistics.median(whole):.1f} ms CPU"
           f" (ratio of the .pth's cost to it: {statistics.median(extra) / statistics.median(whole):.4f})")
+    stamped, hashed = library_check_cost()
+    print(f"device library check before loading: stamp {stamped:.3f} ms vs full SHA-256 {hashed:.3f} ms CPU (median;"
+          f" the full hash runs once per change of the file; ratio {stamped / hashed:.2f})")
+
+
+def library_check_cost() -> tuple[float, float]:
+    """(stamp check, full SHA-256 check) of the built library, CPU time in ms, median of ROUNDS * 5."""
+    from hpu_nb.emulator.hpu_device import build  # only for this figure: it imports torch
+
+    library = build.library_path()
+    if not library.exists():
+        return float("nan"), float("nan")
+    build.library_problem(library)  # writes the stamp if the file changed since its last check
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(ROUNDS * 5):
+        for full in (False, True):
+            start = time.process_time()
+            build.library_problem(library, check_digest=full)
+            times[full].append((time.process_time() - start) * 1000)
+    return statistics.median(times[False]), statistics.median(times[True])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ FLAGS: dict[str, str] = {
     "HPU_NB_DEVICE": "hpu_nb: gaudi | gaudi2 | gaudi3 (the generation the emulated Gaudi pretends to be)",
     "HPU_NB_DEVICE_COUNT": "hpu_nb: how many emulated cards exist (default 8; devices='auto' uses 1 unless set)",
     "HPU_NB_CACHE_DIR": "hpu_nb: where the emulated device's library and fp8 measurements are cached (default"
-    " ~/.cache/hpu_nb)",
+    " ~/.cache/hpu_nb; code is read from it only when no other user can write it)",
+    "HPU_NB_SHARED_LIBRARY": "hpu_nb: a prebuilt emulated-device library a team shares (file or folder), used read-only"
+    " through a private copy checked against HPU_NB_SHARED_LIBRARY_SHA256",
+    "HPU_NB_SHARED_LIBRARY_SHA256": "hpu_nb: the SHA-256 the team published for HPU_NB_SHARED_LIBRARY (comma-separated"
+    " for several)",
     "HPU_NB_MEMORY_LIMIT": "hpu_nb: memory Limit of each emulated card, e.g. 512MiB or 2GiB",
     "PT_HPU_LAZY_MODE": "0 eager / torch.compile (default since Gaudi software 1.21); 1 lazy graph mode (legacy)",
     "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": "file of ATen op names that autocast runs in bf16/fp16 (replaces the"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import importlib
 import importlib.util
 import marshal
@@ -82,36 +83,121 @@ def translated_code(path: Path, fullname: str) -> CodeType:
     """The compiled translation of `path`, from hpu_nb's cache when this source and these rules were translated
     before (each rank of a job, each new kernel, would otherwise translate and compile every module again).
 
-    The cache file's name holds a digest of the source and the rules, and its content starts with the interpreter's
-    bytecode magic number, so a changed source, rule or Python never reads a stale translation. Nothing is written
-    with PYTHONDONTWRITEBYTECODE or where the cache directory cannot be written (the module is compiled as before).
+    The cache file's name holds a digest of the source and the rules, and its content starts with a format mark and
+    the interpreter's bytecode magic number, so a changed source, rule or Python never reads a stale translation.
+    Nothing is written with PYTHONDONTWRITEBYTECODE or where no private cache folder can be written (the module is
+    compiled as before).
+
+    The bytes are code this process runs, so they are read only from a folder no other user can write
+    (hpu_nb.runtime.cache), and only when their keyed digest (BLAKE2b with a key of yours kept in that folder,
+    recorded at write) is right: a damaged file (a bit flip once made marshal crash the interpreter) or one written
+    by anyone without the key is compiled again, never given to `marshal.loads`.
     """
     source = path.read_bytes()
     digest = hashlib.blake2b(source + repr(_RULES).encode(), digest_size=12).hexdigest()
-    cached = _bytecode_dir() / f"{fullname}.{digest}.{sys.implementation.cache_tag}.bin"
-    magic = importlib.util.MAGIC_NUMBER
-    with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
-        data = cached.read_bytes()
-        if data.startswith(magic):
-            code = marshal.loads(data[len(magic):])
-            if isinstance(code, CodeType):
-                return code
+    name = f"{fullname}.{digest}.{sys.implementation.cache_tag}.bin"
+    magic = FORMAT + importlib.util.MAGIC_NUMBER
+    for folder, key in _bytecode_stores():
+        with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+            data = (folder / name).read_bytes()
+            head = len(magic) + TAG_SIZE
+            if data.startswith(magic) and hmac.compare_digest(data[len(magic):head], _tag(key, name, data[head:])):
+                code = marshal.loads(data[head:])
+                if isinstance(code, CodeType):
+                    return code
     code = compile(translate(source.decode("utf-8")), str(path), "exec", dont_inherit=True)
     if not sys.dont_write_bytecode:
-        _write_cache(cached, magic + marshal.dumps(code), stale=f"{fullname}.*.{sys.implementation.cache_tag}.bin")
+        with contextlib.suppress(OSError):
+            folder, key = _writable_bytecode_store()
+            payload = marshal.dumps(code)
+            _write_cache(folder / name, magic + _tag(key, name, payload) + payload,
+                         stale=f"{fullname}.*.{sys.implementation.cache_tag}.bin")
     return code
 
 
-def _bytecode_dir() -> Path:
-    from hpu_nb.runtime.env import cache_dir  # noqa: PLC0415 -- lazy: only when a standalone module is loaded
+# Each file: FORMAT, the interpreter's magic number, the keyed digest (TAG_SIZE bytes), the marshalled code. FORMAT
+# comes first so that an hpu_nb from before the digest (which read "magic number + marshal") never takes these as its.
+FORMAT = b"hpu_nb keyed 1\n"
+TAG_SIZE = 32  # bytes of the keyed BLAKE2b digest after the magic number
+KEY_NAME = ".key"  # the per-user key, in the bytecode folder (mode 0600)
 
-    return cache_dir() / BYTECODE_DIR
+
+def _tag(key: bytes, name: str, payload: bytes) -> bytes:
+    """The keyed digest of a cache file's bytes and name (a valid file of another module moved here fails too)."""
+    return hashlib.blake2b(name.encode() + b"\0" + payload, key=key, digest_size=TAG_SIZE).digest()
+
+
+_stores: dict[str, list[tuple[Path, bytes]]] = {}  # cache_dir() -> its readable stores; looked up once a process
+
+
+def _bytecode_stores() -> list[tuple[Path, bytes]]:
+    """(folder, key) of each bytecode folder that may be read: in a trusted cache folder, private, with a key."""
+    from hpu_nb.runtime import cache  # noqa: PLC0415 -- lazy: only when a standalone module is loaded
+    from hpu_nb.runtime.env import cache_dir  # noqa: PLC0415 -- lazy, as above
+
+    known = str(cache_dir())
+    if known not in _stores:
+        stores = []
+        for base in cache.code_dirs():
+            folder = base / BYTECODE_DIR
+            key = _read_key(folder) if folder.is_dir() and cache.folder_problem(folder) is None else None
+            if key is not None:
+                stores.append((folder, key))
+        _stores[known] = stores
+    return _stores[known]
+
+
+def _writable_bytecode_store() -> tuple[Path, bytes]:
+    """(folder, key) to write into, made private (and the key made) if needed; OSError when none can be."""
+    from hpu_nb.runtime import cache  # noqa: PLC0415 -- lazy: only when a standalone module is loaded
+    from hpu_nb.runtime.env import cache_dir  # noqa: PLC0415 -- lazy, as above
+
+    base, _ = cache.writable_code_dir()
+    folder = base / BYTECODE_DIR
+    problem = cache.make_private_dir(folder)
+    if problem is not None:
+        cache.say_refused(folder, problem, "Compiled modules are not cached.")
+        raise PermissionError(f"{folder} {problem}")
+    key = _read_key(folder) or _make_key(folder)
+    store = (folder, key)
+    stores = _stores.setdefault(str(cache_dir()), [])
+    if store not in stores:
+        stores.insert(0, store)
+    return store
+
+
+def _read_key(folder: Path) -> bytes | None:
+    from hpu_nb.runtime.cache import file_problem  # noqa: PLC0415 -- lazy, as above
+
+    key_file = folder / KEY_NAME
+    if file_problem(key_file) is not None:
+        return None
+    with contextlib.suppress(OSError):
+        key = key_file.read_bytes()
+        if len(key) == TAG_SIZE:
+            return key
+    return None
+
+
+def _make_key(folder: Path) -> bytes:
+    """A new random key, put in place atomically (os.link fails if a rank made one first: that one is used)."""
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f"{KEY_NAME}.")  # mode 0600
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(os.urandom(TAG_SIZE))
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, folder / KEY_NAME)
+    finally:
+        os.unlink(temporary)
+    key = _read_key(folder)
+    if key is None:
+        raise PermissionError(f"the key {folder / KEY_NAME} of hpu_nb's compiled modules is not yours or not whole")
+    return key
 
 
 def _write_cache(target: Path, data: bytes, stale: str) -> None:
     """Write atomically (ranks write the same file at once), then remove this module's older translations."""
     with contextlib.suppress(OSError):
-        target.parent.mkdir(parents=True, exist_ok=True)
         for old in target.parent.glob(stale):
             if old != target:
                 old.unlink(missing_ok=True)

@@ -3,9 +3,11 @@ set-up's torch (CPU build, no CUDA planned), and a wheel installed into a fresh 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +34,9 @@ def test_a_build_puts_the_library_in_the_cache_and_nothing_else(empty_cache: Pat
     built = build.build(quiet=True)
     assert built == empty_cache / build.library_name() == build.library_path()
     assert built.read_text() == "not a real library\n"
-    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name, build.record_path(built).name]
+    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name, build.record_path(built).name,
+                                                              build.stamp_path(built).name]
+    assert empty_cache.stat().st_mode & 0o777 == 0o700  # made private: code every `import torch` runs lives here
 
 
 def test_a_failed_compile_says_why_and_leaves_nothing(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,9 +69,11 @@ def test_an_unwritable_default_cache_falls_back_to_a_writable_folder_and_says_so
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     monkeypatch.setenv("CXX", str(FAKE_CXX))
     fallback = tmp_path / "fallback"
-    monkeypatch.setattr(build, "fallback_cache_dir", lambda: fallback)
+    fallback.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(fallback))
     built = build.build()
-    assert built == fallback / build.library_name()
+    assert built.parent.parent == fallback and built.parent.name.startswith(f"hpu_nb-cache-{os.geteuid()}-")
+    assert built.parent.stat().st_mode & 0o777 == 0o700
     assert build.library_path() == built  # the next process finds it there
     note = capsys.readouterr().err
     assert f"{blocked / 'hpu_nb'} cannot be written" in note and "Set HPU_NB_CACHE_DIR" in note
@@ -115,7 +121,9 @@ def test_a_killed_build_leaves_no_compiler_running_and_the_next_build_discards_i
 
     monkeypatch.setenv("FAKE_CXX_MODE", "ok")
     built = build.build(quiet=True)
-    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name, build.record_path(built).name]
+    assert sorted(p.name for p in empty_cache.iterdir()) == [".build.lock", built.name, build.record_path(built).name,
+                                                              build.stamp_path(built).name]
+    assert empty_cache.stat().st_mode & 0o777 == 0o700  # made private: code every `import torch` runs lives here
 
 
 # -- the set-up's torch: the CPU build by name, no CUDA package planned ----------------------------------------------

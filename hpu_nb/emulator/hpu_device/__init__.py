@@ -14,6 +14,7 @@ Gaudi, where `torch.hpu` is Habana's module.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -120,8 +121,17 @@ def load_library_if_built() -> bool:
     global _library
     with _lock:
         if _library is None:
+            if _hpu_device_taken():
+                return False
             path = build.library_path()
-            if not build.library_is_intact(path) or _hpu_device_taken():  # one not as built would crash the process
+            problem = build.library_problem(path) if path.exists() else "is not built yet"
+            shared = build.shared_library() if problem is not None else None  # a team's, when named and as published
+            if shared is not None:
+                path, problem = shared, None
+            if problem is not None:  # one not as built would crash the process (SIGBUS, SIGSEGV): never loaded
+                if path.exists() and not problem.startswith("lies in"):  # a refused folder was named already
+                    print(f"hpu_nb: the emulated device's library {path} {problem}: not loaded; the first use of"
+                          " `hpu` builds it again.", file=sys.stderr, flush=True)
                 return False
             _library = _load_library(path)
         return True

@@ -6,8 +6,11 @@ and says so. Two processes starting together (the ranks of a job) build it once:
 
 A build leaves nothing half-done behind: the compiler writes into a `.partial-*` folder that the next build removes,
 and it runs under a guard process that kills the compiler's whole process group when the building process dies
-(even by SIGKILL), so no orphaned compiler keeps running. Where the cache directory cannot be written (a read-only
-HOME on some clusters) and HPU_NB_CACHE_DIR was not set, the library goes to a per-user folder of the temp directory.
+(even by SIGKILL), so no orphaned compiler keeps running. The library is code every `import torch` runs, so it is
+kept, looked for and loaded only in a folder no other user can write (hpu_nb.runtime.cache: the cache directory when
+it is yours alone, else a private folder of the temp directory, never one under a name someone could take first). A
+team's prebuilt library is used read-only, through a private copy checked against a digest the user names
+(HPU_NB_SHARED_LIBRARY / HPU_NB_SHARED_LIBRARY_SHA256).
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import IO
 
+from hpu_nb.runtime import cache
 from hpu_nb.runtime.env import CACHE_ENV, cache_dir
+from hpu_nb.runtime.files import check_named_file
 
 # torch is imported where it is needed. The standard modules above are loaded by `import torch` anyway (torch's
 # autoload imports this module on every `import torch` to find the built library: benchmarks/bench_autoload.py).
@@ -49,18 +55,6 @@ NO_COMPILER_HELP = (
 
 class DeviceBuildError(RuntimeError):
     """The emulated hpu device could not be compiled (no C++ compiler, no writable cache, or the compiler failed)."""
-
-
-def fallback_cache_dir() -> Path:
-    """Where the library goes when the default cache directory cannot be written: a per-user temp folder."""
-    return Path(tempfile.gettempdir()) / f"hpu_nb-cache-{os.getuid()}"
-
-
-def _library_dirs() -> list[Path]:
-    """Directories that may hold the library, in order: an explicit HPU_NB_CACHE_DIR is the only one."""
-    if os.environ.get(CACHE_ENV):
-        return [cache_dir()]
-    return [cache_dir(), fallback_cache_dir()]
 
 
 def _compiler() -> str | None:
@@ -83,14 +77,22 @@ def library_name() -> str:
 
 
 # Beside each library, a record of its size and SHA-256 written when the build finished. A library cut short (a full
-# disk, a copy interrupted) would crash the interpreter with SIGBUS when loaded, and torch's autoload loads it at every
-# `import torch`: a library whose size is not the recorded one (one stat and a small read) is never loaded, and the
-# next use rebuilds it. `python -m hpu_nb.emulator.hpu_device` checks the whole SHA-256 and that it loads.
+# disk, a copy interrupted) or changed in place (64 KiB of zeros, same size) would crash the interpreter (SIGBUS,
+# SIGSEGV) when loaded, and torch's autoload loads it at every `import torch`: a library whose bytes are not the
+# recorded ones is never loaded, and the next use rebuilds it. Hashing the whole file at every `import torch` is what
+# a stamp avoids: beside the record, the file's identity when its SHA-256 was last checked (device, inode, size,
+# mtime, ctime; any write changes ctime, which only root can set back); while the file still has that identity, its
+# bytes are the checked ones, so the full hash runs once per change (benchmarks/bench_autoload.py).
 RECORD_SUFFIX = ".record"
+STAMP_SUFFIX = ".verified"
 
 
 def record_path(library: Path) -> Path:
     return library.with_name(library.name + RECORD_SUFFIX)
+
+
+def stamp_path(library: Path) -> Path:
+    return library.with_name(library.name + STAMP_SUFFIX)
 
 
 def _sha256(path: Path) -> str:
@@ -101,10 +103,43 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_record(library: Path) -> None:
-    partial = record_path(library).with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{library.name}{RECORD_SUFFIX}")
-    partial.write_text(f"{library.stat().st_size} {_sha256(library)}\n")
-    os.replace(partial, record_path(library))
+def _write_small(target: Path, text: str, what: str) -> None:
+    """Write `text` to `target` atomically (a `.partial-*` file renamed over it); on failure (a full disk) remove the
+    partial file and raise DeviceBuildError saying what, where, and how much room is left."""
+    partial = target.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{target.name}")
+    try:
+        with open(partial, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())  # a full disk says so here, not later, on some file systems
+        os.replace(partial, target)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        free = "unknown"
+        with contextlib.suppress(OSError):
+            free = f"{shutil.disk_usage(target.parent).free:,} bytes"
+        raise DeviceBuildError(
+            f"Writing the emulated device's {what} {target} failed: {err.strerror or err} (free space on that file"
+            f" system: {free}). Make room there, or set {CACHE_ENV} to a private folder with room, and run again."
+        ) from err
+
+
+def _stamp(info: os.stat_result) -> str:
+    return f"{info.st_dev} {info.st_ino} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}"
+
+
+def _write_record(library: Path, digest: str | None = None) -> None:
+    """The build record (size, SHA-256) and the stamp of the file so checked."""
+    info = os.stat(library)
+    digest = digest or _sha256(library)
+    _write_small(record_path(library), f"{info.st_size} {digest}\n", "build record")
+    _write_stamp(library, info, digest)
+
+
+def _write_stamp(library: Path, info: os.stat_result, digest: str) -> None:
+    with contextlib.suppress(DeviceBuildError):  # only saves a later hash: a full disk costs nothing else
+        _write_small(stamp_path(library), f"{_stamp(info)} {digest}\n", "checked-library stamp")
 
 
 def _read_record(library: Path) -> tuple[int, str] | None:
@@ -115,21 +150,47 @@ def _read_record(library: Path) -> tuple[int, str] | None:
         return None
 
 
-def library_is_intact(library: Path, check_digest: bool = False) -> bool:
-    """Whether `library` is as its build left it: its recorded size (and, if asked, its SHA-256)."""
+def library_problem(library: Path, check_digest: bool = False) -> str | None:
+    """Why `library` must not be loaded ("has no build record", "is not the library its build recorded", "lies in a
+    folder ..."), None when it is as its build left it, in a folder and file only you can write. Its SHA-256 is
+    compared with the record's once per change of the file (the stamp), or always with `check_digest`."""
+    problem = cache.folder_problem(library.parent)
+    if problem is not None:
+        return f"lies in a folder that {problem}" if not problem.startswith("lies in") else problem
+    problem = cache.file_problem(library)
+    if problem is not None:
+        return problem
     record = _read_record(library)
+    if record is None:
+        return "has no build record"
     try:
-        size = library.stat().st_size
-    except OSError:
-        return False
-    if record is None or record[0] != size:
-        return False
-    return not check_digest or _sha256(library) == record[1]
+        info = os.stat(library)
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    if record[0] != info.st_size:
+        return f"is not as its build left it (cut short? {info.st_size:,} bytes, its record says {record[0]:,})"
+    if not check_digest and cache.file_problem(stamp_path(library)) is None:
+        with contextlib.suppress(OSError):
+            if stamp_path(library).read_text() == f"{_stamp(info)} {record[1]}\n":
+                return None
+    try:
+        digest = _sha256(library)
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    if digest != record[1]:
+        return "is not the library its build recorded (its SHA-256 differs: changed or damaged since)"
+    _write_stamp(library, info, digest)
+    return None
+
+
+def library_is_intact(library: Path, check_digest: bool = False) -> bool:
+    """Whether `library` may be loaded: library_problem() finds nothing."""
+    return library_problem(library, check_digest) is None
 
 
 def discard_library(library: Path) -> None:
-    """Remove a library that is not intact (and its record), so the next use builds it anew."""
-    for path in (library, record_path(library)):
+    """Remove a library that is not intact (and its record and stamp), so the next use builds it anew."""
+    for path in (library, record_path(library), stamp_path(library)):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 
@@ -148,13 +209,73 @@ def load_in_child(library: Path) -> str:
 
 
 def library_path() -> Path:
-    """The cached library for this source and this torch: where it is built, else where a build would put it first."""
+    """The cached library for this source and this torch: where it is built (in a folder only you can write), else
+    where a build would put it first. The usual case costs a few stats (torch's autoload asks at every import)."""
     name = library_name()
-    primary = cache_dir() / name
-    if primary.exists() or os.environ.get(CACHE_ENV):  # the usual case costs one stat (torch's autoload asks)
-        return primary
-    fallback = fallback_cache_dir() / name
-    return fallback if fallback.exists() else primary
+    for folder in cache.code_dirs():
+        if (folder / name).exists():
+            return folder / name
+    return cache_dir() / name
+
+
+SHARED_LIBRARY_ENV = "HPU_NB_SHARED_LIBRARY"  # a team's prebuilt library (or a folder of them), used read-only
+SHARED_DIGEST_ENV = "HPU_NB_SHARED_LIBRARY_SHA256"  # its SHA-256 (several: comma-separated), from outside that folder
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(f"hpu_nb: {message}", file=sys.stderr, flush=True)
+
+
+def shared_library() -> Path | None:
+    """Your private copy of the team's library that HPU_NB_SHARED_LIBRARY names, made now if needed and used only
+    when its SHA-256 is one HPU_NB_SHARED_LIBRARY_SHA256 lists; None (with a message) when none is named or it
+    cannot be used. The shared file is only read: a folder others write cannot change what runs, because the copy
+    is hashed as it is written into a folder only you can write, and loaded from there."""
+    named = os.environ.get(SHARED_LIBRARY_ENV, "").strip()
+    if not named:
+        return None
+    name = library_name()
+    source = Path(named).expanduser()
+    if source.is_dir():
+        source = source / name
+    elif source.name != name:
+        _say_once(f"{SHARED_LIBRARY_ENV}={named!r} is not the library this torch and this hpu_nb need ({name}: the"
+                  " name holds their digest); not used. Build that one where the team's libraries are built (`python"
+                  " -m hpu_nb.emulator.hpu_device`).")
+        return None
+    expected = {d.lower() for d in re.split(r"[\s,]+", os.environ.get(SHARED_DIGEST_ENV, "").strip()) if d}
+    if not expected or not all(_HEX64.fullmatch(d) for d in expected):
+        _say_once(f"{SHARED_LIBRARY_ENV} is set but {SHARED_DIGEST_ENV} does not name its SHA-256 (64 hex digits;"
+                  " from your team's own channel, not from the shared folder): the shared library is not used.")
+        return None
+    try:
+        check_named_file(source, SHARED_LIBRARY_ENV)  # a regular file (not a FIFO to wait on, nor a device)
+        directory, _ = cache.writable_code_dir()
+        target = directory / name
+        partial = directory / f"{PARTIAL_PREFIX}{os.getpid()}-{name}"
+        digest = hashlib.sha256()
+        with open(source, "rb") as src, open(partial, "xb") as dst:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                digest.update(block)
+                dst.write(block)
+        if digest.hexdigest() not in expected:
+            partial.unlink()
+            _say_once(f"the shared library {source} has SHA-256 {digest.hexdigest()}, not the one"
+                      f" {SHARED_DIGEST_ENV} names: not used (changed since it was published?).")
+            return None
+        os.chmod(partial, 0o755)
+        os.replace(partial, target)
+        _write_record(target, digest.hexdigest())
+    except (OSError, DeviceBuildError) as err:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            partial.unlink()
+        _say_once(f"the shared library {source} could not be used: {err}")
+        return None
+    return target
 
 
 # ATen.h states the C++ standard it needs: `#if !defined(_MSC_VER) && __cplusplus < 202002L` / `#error C++20 ...`
@@ -242,6 +363,9 @@ def build(quiet: bool = False) -> Path:
     target = library_path()
     if library_is_intact(target):
         return target
+    shared = shared_library()  # a team's prebuilt library, when one is named and is as published
+    if shared is not None:
+        return shared
     compiler = _compiler()
     if compiler is None:
         raise DeviceBuildError(
@@ -252,10 +376,10 @@ def build(quiet: bool = False) -> Path:
     target = directory / target.name
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building in this directory
-        if library_is_intact(target):
+        why = library_problem(target)
+        if why is None:
             return target
         if target.exists():
-            why = "has no build record" if _read_record(target) is None else "is not as its build left it (cut short?)"
             print(f"hpu_nb: the emulated device's library {target} {why}: building it again.", file=sys.stderr,
                   flush=True)
             discard_library(target)
@@ -272,7 +396,11 @@ def build(quiet: bool = False) -> Path:
                     f"Building the emulated hpu device failed ({compiler}, exit {returncode}):\n" + stderr[-4000:]
                 )
             os.replace(partial, target)
-            _write_record(target)
+            try:
+                _write_record(target)
+            except DeviceBuildError:
+                discard_library(target)  # a library without its record is never loaded: leave neither
+                raise
         finally:
             _remove_tree(partial.parent)
         if not quiet:
@@ -280,25 +408,20 @@ def build(quiet: bool = False) -> Path:
     return target
 
 
-def _open_writable_dir() -> tuple[Path, object]:
-    """The first library directory we can write to, with its lock file open; else a DeviceBuildError saying why."""
-    failures = []
-    for directory in _library_dirs():
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            lock = open(directory / ".build.lock", "a")  # noqa: SIM115 -- held open (locked) until the build ends
-        except OSError as err:
-            failures.append(f"{directory}: {err.strerror or err}")
-            continue
-        if directory != cache_dir():
-            print(f"hpu_nb: the cache directory {cache_dir()} cannot be written ({failures[0]}); the emulated device is"
-                  f" built in {directory} instead. Set {CACHE_ENV} to a writable directory to keep it across reboots.",
-                  file=sys.stderr, flush=True)
-        return directory, lock
-    raise DeviceBuildError(
-        "The emulated Gaudi's `hpu` device must be built once into a writable directory, and none could be written ("
-        + "; ".join(failures) + f"). Set {CACHE_ENV} to a writable directory (e.g. `export {CACHE_ENV}=$PWD/.hpu_nb`)."
-    )
+def _open_writable_dir() -> tuple[Path, IO[str]]:
+    """The private folder to build in (hpu_nb.runtime.cache), with its lock file open; else a DeviceBuildError."""
+    try:
+        directory, note = cache.writable_code_dir()
+        lock = open(directory / ".build.lock", "a")  # noqa: SIM115 -- held open (locked) until the build ends
+    except OSError as err:
+        raise DeviceBuildError(
+            f"The emulated Gaudi's `hpu` device must be built once into a writable directory, and none could be written"
+            f" ({err}). Set {CACHE_ENV} to a writable directory (e.g. `export {CACHE_ENV}=$PWD/.hpu_nb`)."
+        ) from err
+    if note is not None:
+        print(f"hpu_nb: {note}; the emulated device is built in {directory} instead. Set {CACHE_ENV} to a writable"
+              " directory of yours to keep it across reboots.", file=sys.stderr, flush=True)
+    return directory, lock
 
 
 def _make_partial_dir(directory: Path) -> str:
