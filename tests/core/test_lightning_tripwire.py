@@ -206,6 +206,8 @@ PRIVATE_NAMES = [
     ("lightning.pytorch.core.optimizer", "", "_MockOptimizer", "strategies/deepspeed._init_optimizers"),
     ("lightning.pytorch.core.optimizer", "", "_init_optimizers_and_lr_schedulers",
      "strategies/deepspeed._init_optimizers"),
+    ("lightning.pytorch.core.optimizer", "", "_configure_optimizers",
+     "plan/fake_step._optimizers_of: configure_optimizers' return value normalised as Lightning does"),
     ("lightning.pytorch.plugins.io.wrapper", "", "_WrappingCheckpointIO", "strategy_parts/guards.checkpoint_io"),
     ("lightning.pytorch.strategies.fsdp", "", "_move_torchmetrics_to_device", "strategies/fsdp._setup_model (copy)"),
     ("lightning.pytorch.strategies.fsdp", "", "_setup_activation_checkpointing",
