@@ -90,20 +90,53 @@ def test_lazy_mode_takes_host_tensors_as_graph_inputs_as_habanas_lazy_bridge(car
         torch.ones(3, device="hpu").eq(torch.ones(3))
 
 
-@pytest.mark.parametrize(("mode", "expected"), [("1", "hpu:0 1"), ("0", "refused")])
+def test_lazy_mode_refuses_an_op_that_writes_a_host_tensor_as_habanas_lazy_bridge(card):
+    """Habana's lazy bridge copies CPU inputs to the card, but the tensor an op writes must be an hpu tensor
+    (HandleLazy asserts it through GetHbLazyTensor): `cpu.add_(hpu)` fails on a Gaudi, so it does here, and the
+    CPU tensor is left as it was. Writing an hpu tensor from CPU inputs is the ordinary lazy case."""
+    from hpu_nb.runtime.env import lazy_mode_from_env
+
+    host, device = torch.ones(3), torch.ones(3, device="hpu")
+    torch.ops.hpu_emu.set_lazy_host_inputs(True)
+    try:
+        with pytest.raises(RuntimeError, match=r"non-HPU tensor.*aten::add_.*Move that tensor to hpu first"):
+            host.add_(device)
+        with pytest.raises(RuntimeError, match=r"non-HPU tensor.*aten::mul\.out"):
+            torch.mul(device, 2.0, out=torch.empty(3))
+        device.add_(torch.full((3,), 2.0))
+    finally:
+        torch.ops.hpu_emu.set_lazy_host_inputs(lazy_mode_from_env(False))
+    assert torch.equal(host, torch.ones(3))
+    assert torch.equal(device.cpu(), torch.full((3,), 3.0))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        host.add_(device)
+
+
+_MODE_PROBE = """
+import torch, hpu_nb
+out, labels = torch.tensor([[0.1, 0.9], [0.8, 0.2]]).to("hpu"), torch.tensor([1, 1])
+try:
+    correct = out.max(1)[1].eq(labels).sum()
+    print(correct.device, correct.item())
+except RuntimeError:
+    print("refused")
+host = torch.ones(3)
+try:
+    host.add_(torch.ones(3, device="hpu"))
+except RuntimeError as error:
+    print("in place on cpu refused:", "non-HPU" if "non-HPU" in str(error) else "devices", host.tolist())
+"""
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("1", ["hpu:0 1", "in place on cpu refused: non-HPU [1.0, 1.0, 1.0]"]),
+    ("0", ["refused", "in place on cpu refused: devices [1.0, 1.0, 1.0]"]),
+])
 def test_the_device_reads_the_execution_mode_when_it_loads(mode, expected):
-    code = textwrap.dedent("""
-        import torch, hpu_nb
-        out, labels = torch.tensor([[0.1, 0.9], [0.8, 0.2]]).to("hpu"), torch.tensor([1, 1])
-        try:
-            correct = out.max(1)[1].eq(labels).sum()
-            print(correct.device, correct.item())
-        except RuntimeError:
-            print("refused")
-    """)
     env = dict(os.environ, PT_HPU_LAZY_MODE=mode)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == expected
+    out = subprocess.run([sys.executable, "-c", _MODE_PROBE], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-2:] == expected
 
 
 def test_results_equal_the_cpus(card):

@@ -835,12 +835,30 @@ bool accepts_host_tensors(const c10::OperatorName& name) {
   return n == "aten::index" || n == "aten::index_put_" || n == "aten::_index_put_impl_" || n == "aten::index_put";
 }
 
+// A CPU tensor that the op writes (self of an in-place op, an out= argument). Habana's lazy bridge copies CPU
+// inputs to the card (LazyOp::set_inputs), but the tensor an op writes must be an hpu tensor: HandleLazy(self)
+// and the tuple/list paths call GetHbLazyTensor on it, which asserts "Got a non-HPU tensor, expecting an HPU
+// tensor" (habana_kernels/lazy_kernels.h, habana_lazy/aten_lazy_bridge.cpp). So `cpu.add_(hpu)` fails on a Gaudi.
+bool writes_host_tensor(const c10::Argument& argument, const c10::IValue& value) {
+  if (argument.alias_info() == nullptr || !argument.alias_info()->isWrite()) return false;
+  auto on_host = [](const at::Tensor& t) { return t.defined() && t.device().type() == c10::kCPU; };
+  if (value.isTensor()) return on_host(value.toTensor());
+  if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList()) {
+      if (on_host(t)) return true;
+    }
+  }
+  return false;
+}
+
 void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto num_args = schema.arguments().size();
   const auto first = stack->size() - num_args;
   CallState state;
+  bool writes_host = false;
   for (size_t i = first; i < stack->size(); ++i) {
+    writes_host = writes_host || writes_host_tensor(schema.arguments()[i - first], (*stack)[i]);
     (*stack)[i] = map_ivalue((*stack)[i], state, /*to_cpu=*/true);
   }
   if (state.any_hpu && state.host_tensor != nullptr && !g_lazy_host_inputs &&
@@ -849,6 +867,10 @@ void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
         false, "Expected all tensors to be on the same device, but found at least two devices, hpu:0 and cpu! (in ",
         schema.operator_name(), ")");
   }
+  TORCH_CHECK(!(state.any_hpu && writes_host && g_lazy_host_inputs),
+              "Got a non-HPU tensor, expecting an HPU tensor (in ", schema.operator_name(),
+              "): in lazy mode an hpu op takes CPU tensors as inputs, but the tensor it writes (self of an in-place ",
+              "op, or out=) must be on hpu, as in Habana's lazy bridge. Move that tensor to hpu first.");
   op.redispatchBoxed(kCPUKeys, stack);
   const auto num_returns = schema.returns().size();
   if (state.shape_only) {  // traced by torch.compile: only answers about shapes (see is_shape_only) come back
