@@ -109,6 +109,9 @@ FINGERPRINTS = [
      "CUDA's, and a scaler given to it is dropped)"),
     ("lightning.fabric.plugins.precision.fsdp", "FSDPPrecision.__init__", "f5581bdb7f55f719",
      "strategy_parts/fsdp.HPUFSDPPrecisionMixin._init_fsdp_precision (Fabric's HPUFSDPPrecision): as above"),
+    ("lightning.pytorch.utilities._pytree", "_tree_flatten", "5c57c674b766814c",
+     "trainer_output._leaf_spec_without_warning: Lightning's _pytree.LeafSpec is torch's treespec_leaf (it is only"
+     " constructed, `LeafSpec()`, never used in isinstance)"),
     ("lightning.fabric.utilities.cloud_io", "_load", "2a7aa617333664ad",
      "checkpoint_io.HPUCheckpointIO.load_checkpoint: passes weights_only=True for what this treats as a URL "
      "(`str(path).startswith('http')`, defaulted to weights_only=False here); _is_url must match its test"),
@@ -199,6 +202,7 @@ PRIVATE_NAMES = [
     ("lightning.pytorch.strategies.fsdp", "", "_setup_activation_checkpointing",
      "strategies/fsdp._setup_model (copy)"),
     ("lightning.fabric.utilities.distributed", "", "_distributed_is_initialized", "strategy_parts/parallel"),
+    ("lightning.pytorch.utilities", "", "_pytree", "trainer_output._leaf_spec_without_warning (its LeafSpec name)"),
     ("lightning.fabric.utilities.distributed", "", "_set_num_threads_if_needed", "strategy_parts/launchers"),
     # read or set on Lightning's objects
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector", "_precision_flag",
