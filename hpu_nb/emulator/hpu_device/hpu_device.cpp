@@ -634,6 +634,25 @@ bool accepts_host_tensors(const c10::OperatorName& name) {
   return n == "aten::index" || n == "aten::index_put_" || n == "aten::_index_put_impl_" || n == "aten::index_put";
 }
 
+// Habana's addmm computes in the common dtype of self, mat1 and mat2 (the bridge's AddMMMeta promotes to common,
+// hpu_ops/backend/addmm_gen.cpp), where the CPU kernel refuses mixed dtypes: a bf16 activation left by an autocast
+// region, fed to an fp32 nn.Linear (2-D input with bias: aten::addmm), runs in fp32 on a Gaudi and here. Habana's mm
+// (MmMeta) refuses mixed dtypes as the CPU does: nothing to do there.
+void promote_addmm_operands(const c10::OperatorName& name, torch::jit::Stack* stack, size_t first) {
+  if (name.name != "aten::addmm" || !name.overload_name.empty()) return;
+  at::ScalarType common = at::ScalarType::Undefined;
+  for (size_t i = first; i < first + 3; ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !at::isFloatingType(v.toTensor().scalar_type())) return;
+    const at::ScalarType t = v.toTensor().scalar_type();
+    common = common == at::ScalarType::Undefined ? t : at::promote_types(common, t);
+  }
+  for (size_t i = first; i < first + 3; ++i) {
+    const at::Tensor t = (*stack)[i].toTensor();
+    if (t.scalar_type() != common) (*stack)[i] = t.to(common);
+  }
+}
+
 void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto num_args = schema.arguments().size();
@@ -648,6 +667,7 @@ void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
         false, "Expected all tensors to be on the same device, but found at least two devices, hpu:0 and cpu! (in ",
         schema.operator_name(), ")");
   }
+  promote_addmm_operands(schema.operator_name(), stack, first);
   op.redispatchBoxed(kCPUKeys, stack);
   const auto num_returns = schema.returns().size();
   if (state.shape_only) {  // traced by torch.compile: only answers about shapes (see is_shape_only) come back
