@@ -89,5 +89,5 @@ def _leaf_spec_without_warning() -> bool:
     if leaf is None:
         return False
     if getattr(lightning_pytree, "LeafSpec", None) is not leaf:
-        lightning_pytree.LeafSpec = leaf  # type: ignore[assignment]  # a factory of the same spec in the class's name
+        lightning_pytree.LeafSpec = leaf  # type: ignore[misc]  # a factory of the same spec, in the class's name
     return True
