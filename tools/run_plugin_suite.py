@@ -136,10 +136,16 @@ CAUSES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+HABANA_LOGS_DIR = Path("/tmp/lightning_habana_suite_habana_logs")
+
+
 def _environment(cards: int, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HPU_NB_DEVICE_COUNT"))}
     env["PYTHONPATH"] = str(ROOT)  # this tree's hpu_nb; the plugin's src/ is never on the path
     env["HPU_NB_DEVICE_COUNT"] = str(cards)
+    # Habana's container images set HABANA_LOGS (the plugin's fp8 tests read it when given no fp8_data_path)
+    HABANA_LOGS_DIR.mkdir(parents=True, exist_ok=True)
+    env.setdefault("HABANA_LOGS", str(HABANA_LOGS_DIR))
     env["PATH"] = os.pathsep.join([str(PYTHON.parent), env.get("PATH", "")])
     env.update(extra or {})
     return env
@@ -277,21 +283,27 @@ def _ported_import(match: re.Match[str]) -> str:
         names, comment = names.split("#", 1)
         comment = "  #" + comment
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    if any(n in _PORTED_NAMES_FROM_UTILS for n in wanted) or module.startswith("lightning_habana.utils"):
-        home = "hpu_nb.lightning_habana_utils"
-        lines = []
-        for name in wanted:
-            if name == "device_count":
-                lines.append(f"{indent}from hpu_nb import HPUAccelerator as _A; device_count = _A.auto_device_count")
-            elif name in _PORTED_NAMES_FROM_UTILS:
-                lines.append(f"{indent}from {home} import {name}")
-            else:
-                lines.append(f"{indent}from hpu_nb import {name}")
-        return "\n".join(lines) + comment
     home = next((new for old, new in _PORTED_MODULES.items() if module == old or module.startswith(old + ".")), None)
     if home is None or "quant_config" in module:
         return match.group(0)
-    return f"{indent}from {home} import {', '.join(wanted)}{comment}"
+    lines = []
+    for name in wanted:
+        if name == "device_count":
+            lines.append(f"{indent}from hpu_nb import HPUAccelerator as _A; device_count = _A.auto_device_count")
+        elif name in _PORTED_NAMES_FROM_UTILS:
+            lines.append(f"{indent}from hpu_nb.lightning_habana_utils import {name}")
+        elif _exports(home, name):
+            lines.append(f"{indent}from {home} import {name}")
+        else:  # a name hpu_nb has no equal of under its own modules (HPU_AVAILABLE): the plugin's path, served
+            lines.append(f"{indent}from {module} import {name}")
+    return "\n".join(lines) + comment
+
+
+def _exports(module: str, name: str) -> bool:
+    sys.path.insert(0, str(ROOT))
+    import importlib
+
+    return hasattr(importlib.import_module(module), name)
 
 
 # -- examples ------------------------------------------------------------------------------------------------------
@@ -305,13 +317,17 @@ def write_standins(folder: Path) -> list[str]:
     generator = torch.Generator().manual_seed(0)
     # Lightning's MNISTDataModule keeps 5000 training images for validation (val_split); hpu_graphs.py's batch is 200
     for name, count in (("training.pt", 6600), ("test.pt", 600)):
-        images = torch.randint(0, 256, (count, 28, 28), dtype=torch.uint8, generator=generator)
+        # MNIST-like: about a fifth of the pixels inked, intensities in [0, 1] (uniform noise over every pixel drives an
+        # untrained net's log-softmax to exact zeros, which hpu_graphs.py's dynamic-ops step does not expect)
+        inked = torch.rand(count, 28, 28, generator=generator) < 0.19
+        images = torch.rand(count, 28, 28, generator=generator) * inked
         labels = torch.randint(0, 10, (count,), generator=generator)
         torch.save((images, labels), mnist / name)
     words = [f"w{i}" for i in range(200)]
     lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(20)) for i in range(400)]
     (folder / "data" / "wikitext-2.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return ["MNIST (Lightning's demo MNISTDataModule downloads it): 6600 / 600 random 28x28 images, random labels,"
+    return ["MNIST (Lightning's demo MNISTDataModule downloads it): 6600 / 600 random sparse 28x28 images in [0, 1],"
+            " random labels,"
             " read by Lightning's own mocked-MNIST path (PL_USE_MOCKED_MNIST=1)",
             "WikiText-2 (Lightning's demo WikiText2 downloads it): 400 lines of 20 words from a 200-word vocabulary"]
 
