@@ -2,7 +2,7 @@
 per stage what passed and why the rest failed.
 
     python tools/run_plugin_suite.py CHECKOUT [--mode as-written|ported] [--stages plain|ci|examples ...]
-                                              [--cards 2] [--out DIR] [--timeout 900] [-k EXPR]
+                                              [--cards 2] [--out DIR] [--timeout 900] [-k EXPR] [--setup]
 
 CHECKOUT is a work tree of github.com/Lightning-AI/lightning-Habana (measured at 5549fa927d55, its last release
 branch). Nothing of it is copied into this repository or into CI: this tool reads the checkout, and hpu_nb serves the
@@ -51,7 +51,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = ROOT / ".venv" / "bin" / "python"
+BASE_PYTHON = ROOT / ".venv" / "bin" / "python"
+# The plugin's CI environment adds what hpu_nb's .venv lacks: its requirements/_test.txt (scikit-learn < 1.6), and
+# from Habana's image tensorboard and torchvision. `--setup` layers them over .venv (as .ci/layered_venv.py layers the
+# optimum extra): torch and everything below stay as they are. torchvision only from $TORCH_CPU_INDEX (torch's CPU
+# index): PyPI's build is CUDA's, and its ops do not load on the CPU torch (`torchvision::nms does not exist`).
+# Without --setup the runner uses .venv, and those tests fail for the environment (said per test).
+VENV = ROOT / ".venv-lightning-habana"
+LAYER_PACKAGES = ("scikit-learn<1.6", "tensorboard")
+PYTHON = VENV / "bin" / "python" if (VENV / "bin" / "python").exists() else BASE_PYTHON
 MEASURED_AT = "5549fa927d55"
 
 
@@ -364,6 +372,29 @@ def run_examples(checkout: Path, cards: int, out: Path, timeout: int, only: str 
     return outcomes
 
 
+def setup() -> None:
+    """.venv-lightning-habana over .venv: the base's packages through a .pth, every base package pinned."""
+    sys.path.insert(0, str(ROOT / ".ci"))
+    import venv
+
+    import layered_venv
+
+    if VENV.exists():
+        shutil.rmtree(VENV)
+    venv.EnvBuilder(with_pip=True).create(VENV)
+    python = VENV / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    lines = [f"import site; site.addsitedir({d!r})" for d in layered_venv.base_site_dirs(str(BASE_PYTHON))]
+    (Path(own) / "_hpu_nb_base_environment.pth").write_text("\n".join(lines) + "\n")
+    (VENV / "constraints.txt").write_text(layered_venv.base_constraints(str(BASE_PYTHON)))
+    # $TORCH_CPU_INDEX (torch's CPU index, as .ci/cpu_torch.py takes it) where given: torchvision's CPU build
+    cpu_index = os.environ.get("TORCH_CPU_INDEX")
+    index = ["--extra-index-url", cpu_index, "torchvision"] if cpu_index else []
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(VENV / "constraints.txt"), *index,
+                    *LAYER_PACKAGES], check=True)
+
+
 # -- report --------------------------------------------------------------------------------------------------------
 def report(name: str, outcomes: list[Outcome], collection_errors: list[str] | None = None) -> dict[str, object]:
     counts = collections.Counter(o.result for o in outcomes)
@@ -394,7 +425,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/lightning_habana_suite"))
     parser.add_argument("--timeout", type=int, default=900, help="seconds per test (pytest-timeout) or example")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset, for a quick look)")
+    parser.add_argument("--setup", action="store_true",
+                        help=f"make {VENV.name} first (.venv plus {', '.join(LAYER_PACKAGES)}: the plugin's CI's)")
     options = parser.parse_args(argv)
+    global PYTHON
+    if options.setup:
+        setup()
+        PYTHON = VENV / "bin" / "python"
     checkout = options.checkout.resolve()
     if not (checkout / "tests" / "conftest.py").is_file() or not (checkout / "pyproject.toml").is_file():
         parser.error(f"{checkout} is not a lightning-habana work tree (no tests/conftest.py / pyproject.toml)")
