@@ -241,7 +241,7 @@ def run_pytest_stage(checkout: Path, tests_root: Path, stage: Stage, cards: int,
     # the CI image (Gaudi software 1.18) ran in lazy mode unless a stage said otherwise; today's default is eager
     stage_env = {"PT_HPU_LAZY_MODE": "1", **stage.env}
     env = _environment(cards, {k: str(checkout / v) if v.startswith("tests/") else v for k, v in stage_env.items()})
-    files = [str(tests_root / f) for f in stage.files]
+    files = [str(tests_root.parent / f) for f in stage.files]  # the stage names them from the checkout root
     extra = ["-k", keyword] if keyword else []
     if stage.standalone is None:
         _pytest(checkout, [*files, *stage.args, *extra], env, out / f"{stage.name}.xml", timeout, log)
