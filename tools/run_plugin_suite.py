@@ -27,7 +27,9 @@ Stages:
   `-m <marker>`, then each test alone with `--hpus N`, so Lightning's script launcher re-runs just that test).
 - examples: the yml's "Testing HPU examples" commands, each with its own arguments, in a scratch folder whose
   `./data` holds stand-ins for what they download (a small random MNIST in Lightning's demo format, a synthetic
-  WikiText-2 text); nothing else of theirs is changed.
+  WikiText-2 text); nothing else of theirs is changed. The tests' MNIST (Lightning's MNISTDataModule, `./data` of the
+  checkout, where it would have downloaded it) is stood in for the same way; PL_USE_MOCKED_MNIST=1 makes Lightning read
+  it instead of trying torchvision's download.
 
 Every pytest run gets `-p no:cacheprovider`, a junit XML in --out, and `--timeout` (pytest-timeout, so one stuck test
 cannot stop the count); the report gives pass / fail / error / skip counts per stage, and the failures grouped by
@@ -151,6 +153,9 @@ def _environment(cards: int, extra: dict[str, str] | None = None) -> dict[str, s
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HPU_NB_DEVICE_COUNT"))}
     env["PYTHONPATH"] = str(ROOT)  # this tree's hpu_nb; the plugin's src/ is never on the path
     env["HPU_NB_DEVICE_COUNT"] = str(cards)
+    # Lightning's demo MNIST (the plugin's tests and examples use MNISTDataModule) tries torchvision's download first,
+    # and only an HTTPError sends it to its own copy: with PL_USE_MOCKED_MNIST=1 it reads ./data/MNIST (stood in)
+    env["PL_USE_MOCKED_MNIST"] = "1"
     # Habana's container images set HABANA_LOGS (the plugin's fp8 tests read it when given no fp8_data_path)
     HABANA_LOGS_DIR.mkdir(parents=True, exist_ok=True)
     env.setdefault("HABANA_LOGS", str(HABANA_LOGS_DIR))
@@ -352,9 +357,7 @@ def run_examples(checkout: Path, cards: int, out: Path, timeout: int, only: str 
         if only and not re.search(only, name):
             continue
         script, *rest = args
-        # lazy: the CI image's default, as above; PL_USE_MOCKED_MNIST: Lightning's demo MNIST reads the stand-in
-        # (without it, it tries torchvision's download first)
-        environment = _environment(cards, {"PT_HPU_LAZY_MODE": "1", "PL_USE_MOCKED_MNIST": "1", **env})
+        environment = _environment(cards, {"PT_HPU_LAZY_MODE": "1", **env})  # lazy: the CI image's default
         environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(examples)])  # the yml adds examples/ too
         log = out / f"example-{name}.log"
         started = time.monotonic()
@@ -439,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the plugin's src/ is on sys.path: its lightning_habana would be imported instead of hpu_nb's")
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if {"plain", "ci"} & set(options.stages) and not (checkout / "data" / "MNIST").exists():
+        # where Lightning's MNISTDataModule (data_dir "./data", the tests' cwd) would have downloaded it
+        for note in write_standins(checkout):
+            print(f"  stand-in, in {checkout / 'data'}: {note}")
     tests_root = checkout / "tests"
     if options.mode == "ported":
         tests_root = ported_tests(checkout, out)
