@@ -645,7 +645,7 @@ void promote_addmm_operands(const c10::OperatorName& name, torch::jit::Stack* st
     const c10::IValue& v = (*stack)[i];
     if (!v.isTensor() || !at::isFloatingType(v.toTensor().scalar_type())) return;
     const at::ScalarType t = v.toTensor().scalar_type();
-    common = common == at::ScalarType::Undefined ? t : at::promote_types(common, t);
+    common = common == at::ScalarType::Undefined ? t : c10::promoteTypes(common, t);  // not dispatched: no profiler op
   }
   for (size_t i = first; i < first + 3; ++i) {
     const at::Tensor t = (*stack)[i].toTensor();
