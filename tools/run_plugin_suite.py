@@ -442,10 +442,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the plugin's src/ is on sys.path: its lightning_habana would be imported instead of hpu_nb's")
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if {"plain", "ci"} & set(options.stages) and not (checkout / "data" / "MNIST").exists():
-        # where Lightning's MNISTDataModule (data_dir "./data", the tests' cwd) would have downloaded it
-        for note in write_standins(checkout):
-            print(f"  stand-in, in {checkout / 'data'}: {note}")
     tests_root = checkout / "tests"
     if options.mode == "ported":
         tests_root = ported_tests(checkout, out)
@@ -454,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
         checkout_for_run = tests_root.parent
     else:
         checkout_for_run = checkout
+    if {"plain", "ci"} & set(options.stages) and not (checkout_for_run / "data" / "MNIST").exists():
+        # where Lightning's MNISTDataModule (data_dir "./data", the tests' cwd) would have downloaded it
+        for note in write_standins(checkout_for_run):
+            print(f"  stand-in, in {checkout_for_run / 'data'}: {note}")
     print(f"lightning-habana suite ({options.mode}) from {checkout} on {options.cards} emulated cards; logs in {out}")
     summary: dict[str, object] = {"mode": options.mode, "checkout": str(checkout), "cards": options.cards}
     if "plain" in options.stages:
