@@ -1,8 +1,10 @@
 """Cost of an fp8 training step on the emulated Gaudi, against 32-true and bf16-mixed, measured side by side.
 
 One training step (forward, MSE loss, backward, AdamW step) of an MLP of Linear(1024, 1024) layers, batch 64, on
-`hpu`, in each precision as HPUPrecisionPlugin runs it: its forward context (autocast on "hpu", plus the transformer
-engine's fp8_autocast for "fp8"), the fp8 model converted by `plugin.convert_modules(model, replace_layers=True)`.
+`hpu`, in each precision as HPUPrecisionPlugin runs it: its forward context (autocast on "hpu" for bf16-mixed; the
+transformer engine's fp8_autocast for "fp8", with bf16 autocast around it for "fp8 + bf16 autocast"), the fp8 model
+converted by `plugin.convert_modules(model, replace_layers=True)`. Then the accuracy of each against 32-true: one
+forward and backward from the same weights, the relative error of the output and of a weight gradient.
 The three cases take turns round after round (this machine is shared and noisy); each case's median step time is
 reported with the fp8 / 32-true and fp8 / bf16-mixed ratios, in wall time and in the CPU time the process used (with
 one torch thread, the CPU time is the work a step did, whoever else shares the cores). fp8 runs twice: with the
@@ -27,7 +29,10 @@ from hpu_nb.runtime import get_backend
 PRECISIONS = ("32-true", "bf16-mixed", "fp8")
 # The fp8 case again with the fp8 rounding in torch passes (numerics.torch_rounding_passes), not the fused kernel.
 FP8_TORCH_PASSES = "fp8 (torch passes)"
-CASES = PRECISIONS + (FP8_TORCH_PASSES,)
+# fp8 with bf16 autocast around it (HPUPrecisionPlugin("fp8", bf16_autocast=True)): the ops outside the fp8 layers
+# in bf16, against the default (lightning-habana's: fp8_autocast only, the rest in fp32).
+FP8_BF16 = "fp8 + bf16 autocast"
+CASES = PRECISIONS + (FP8_BF16, FP8_TORCH_PASSES)
 
 
 def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
@@ -39,16 +44,37 @@ def make_mlp(width: int, depth: int) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
-def make_case(case: str, width: int, depth: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[float, float]]:
-    """A step function for `case` (same initial weights for every case); it returns its (wall, CPU) ms."""
-    precision = "fp8" if case == FP8_TORCH_PASSES else case
-    rounding = torch_rounding_passes if case == FP8_TORCH_PASSES else contextlib.nullcontext
+def make_model(case: str, width: int, depth: int) -> tuple[torch.nn.Module, HPUPrecisionPlugin]:
+    """The model (same initial weights for every case, fp8 layers for the fp8 cases) on hpu, and its plugin."""
+    precision = "fp8" if case in (FP8_TORCH_PASSES, FP8_BF16) else case
     torch.manual_seed(0)
     model = make_mlp(width, depth)
-    plugin = HPUPrecisionPlugin(precision)
+    plugin = HPUPrecisionPlugin(precision, bf16_autocast=case == FP8_BF16)
     if precision == "fp8":
         plugin.convert_modules(model, replace_layers=True)
-    model = model.to("hpu")
+    return model.to("hpu"), plugin
+
+
+def accuracy(case: str, width: int, depth: int, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, str]:
+    """One forward and backward of `case` against 32-true from the same weights: the relative error (Frobenius norm)
+    of the output and of the first layer's weight gradient, and the output's dtype."""
+    results = {}
+    for which in ("32-true", case):
+        model, plugin = make_model(which, width, depth)
+        with plugin.forward_context():
+            out = model(x)
+        torch.nn.functional.mse_loss(out.float(), y).backward()
+        first = next(p for p in model.parameters() if p.dim() == 2)
+        assert first.grad is not None
+        results[which] = (out.float().cpu(), first.grad.float().cpu(), str(out.dtype).replace("torch.", ""))
+    (out32, grad32, _), (out, grad, dtype) = results["32-true"], results[case]
+    return (float((out - out32).norm() / out32.norm()), float((grad - grad32).norm() / grad32.norm()), dtype)
+
+
+def make_case(case: str, width: int, depth: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[float, float]]:
+    """A step function for `case` (same initial weights for every case); it returns its (wall, CPU) ms."""
+    model, plugin = make_model(case, width, depth)
+    rounding = torch_rounding_passes if case == FP8_TORCH_PASSES else contextlib.nullcontext
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -97,9 +123,16 @@ def main() -> None:
     print("  case                 wall ms/step   CPU ms/step")
     for case in CASES:
         print(f"  {case:18s} {wall[case]:12.2f} {cpu[case]:13.2f}")
-    for fp8 in ("fp8", FP8_TORCH_PASSES):
+    for fp8 in ("fp8", FP8_BF16, FP8_TORCH_PASSES):
         for other in ("32-true", "bf16-mixed"):
             print(f"  {fp8:18s} / {other:10s}  wall {wall[fp8] / wall[other]:5.2f}   CPU {cpu[fp8] / cpu[other]:5.2f}")
+    ratio_wall, ratio_cpu = wall[FP8_BF16] / wall["fp8"], cpu[FP8_BF16] / cpu["fp8"]
+    print(f"  {FP8_BF16} / fp8         wall {ratio_wall:5.2f}   CPU {ratio_cpu:5.2f}")
+    print("  accuracy against 32-true, one step from the same weights (relative error, Frobenius norm):")
+    print("  case                 output    weight grad   output dtype")
+    for case in ("bf16-mixed", "fp8", FP8_BF16):
+        out_err, grad_err, dtype = accuracy(case, args.width, args.depth, x, y)
+        print(f"  {case:18s} {out_err:9.4f} {grad_err:13.4f}   {dtype}")
 
 
 if __name__ == "__main__":

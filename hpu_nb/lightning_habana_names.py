@@ -15,11 +15,16 @@ pieces are `hpu_nb`'s (for `lightning.pytorch`) where the `lightning` package is
 `hpu_nb.pytorch_lightning`; the Fabric pieces are `hpu_nb.fabric`'s, else `hpu_nb.lightning_fabric`'s. A piece of one
 flavour given to the other package's Trainer or Fabric is an error that names the import to use (core/registration).
 
-Not served: the plugin's private names, its MediaPipe data loaders (`pytorch.datamodule.dataloaders`,
-`pytorch.datamodule.utils`: Habana's media engine, which hpu_nb's HPUDataModule uses where there is one),
-`utils.imports` / `utils.hpu_distributed` (private flags and helpers), `__version__` (hpu_nb is not lightning-habana
-1.x), and of `utils.resources` the functions hpu_nb has no equal of (hl-smi and Synapse-version parsers, fp8 JSON
-patching; `get_device_name_from_hlsmi`: hpu_nb's device name says "(emulated)" on the emulated Gaudi).
+Also served, from hpu_nb/lightning_habana_utils.py: the plugin's helpers and flags that its tests, examples and docs
+import (`utils.resources.get_device_name_from_hlsmi`, `utils.imports._LIGHTNING_GREATER_EQUAL_2_3_0`,
+`utils.hpu_distributed.supported_reduce_ops`, `plugins.precision._PRECISION_INPUT`, ...), and the package data
+`pytorch.plugins.quant_config.fp8` (its maxabs_measure.json / maxabs_quant.json, hpu_nb's defaults in a folder of the
+cache directory, found by importlib.resources).
+
+Not served: the plugin's other private helpers, its MediaPipe data loaders (`pytorch.datamodule.dataloaders`,
+`pytorch.datamodule.utils`: Habana's media engine, which hpu_nb's HPUDataModule uses where there is one) and
+`__version__` (hpu_nb is not lightning-habana 1.x). Patching a served flag (`patch("lightning_habana.pytorch.plugins.
+precision._INTEL_NEURAL_COMPRESSOR_AVAILABLE", False)`) changes the served name only, not what hpu_nb's plugin does.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ MARK = "__hpu_nb_names__"  # set on every module served here (the start-up finde
 SOURCES = {
     "trainer": {"lightning": "hpu_nb", "standalone": "hpu_nb.pytorch_lightning"},
     "fabric": {"lightning": "hpu_nb.fabric", "standalone": "hpu_nb.lightning_fabric"},
+    # the plugin's helper functions, flags and package data (no flavour: hpu_nb/lightning_habana_utils.py)
+    "utils": {"lightning": "hpu_nb.lightning_habana_utils", "standalone": "hpu_nb.lightning_habana_utils"},
 }
 
 _TRAINER_ALL = (
@@ -52,8 +59,28 @@ _FABRIC_ALL = (
     "HPUFSDPStrategy", "HPUFSDPPrecision",
 )
 
+# The plugin's helpers and flags (lightning_habana/utils/resources.py, imports.py, hpu_distributed.py), served from
+# hpu_nb.lightning_habana_utils ("utils:" below); the plugin's modules re-exported some of them, and its tests import or
+# patch them where they were re-exported.
+_RESOURCES = tuple(f"{name}=utils:{name}" for name in (
+    "_HABANA_FRAMEWORK_AVAILABLE", "_INTEL_NEURAL_COMPRESSOR_AVAILABLE", "_parse_hpus", "_parse_hpu_synapse_versions",
+    "get_hpu_synapse_version", "get_device_name_from_backend", "_parse_for_device_name", "get_device_name_from_hlsmi",
+    "get_device_stats", "modify_fp8_json"))
+_IMPORTS = tuple(f"{name}=utils:{name}" for name in (
+    "_HABANA_FRAMEWORK_AVAILABLE", "get_hpu_synapse_version", "_HPU_SYNAPSE_GREATER_EQUAL_1_17_0",
+    "_TORCH_LESSER_EQUAL_1_13_1", "_TORCH_GREATER_EQUAL_2_0_0", "_TORCH_LESSER_2_3_0", "_LIGHTNING_GREATER_EQUAL_2_0_0",
+    "_LIGHTNING_GREATER_EQUAL_2_3_0", "_TORCHVISION_AVAILABLE", "_KINETO_AVAILABLE"))
+_PRECISION_EXTRAS = tuple(f"{name}=utils:{name}" for name in (
+    "_PRECISION_INPUT", "_HABANA_FRAMEWORK_AVAILABLE", "_INTEL_NEURAL_COMPRESSOR_AVAILABLE",
+    "_HPU_SYNAPSE_GREATER_EQUAL_1_17_0", "modify_fp8_json", "MAXABS_MEASURE", "MAXABS_QUANT"))
+_AVAILABILITY = ("is_fp8_available=HPUAccelerator.is_fp8_available",
+                 "is_fp16_available=HPUAccelerator.is_fp16_available")
+# the package whose data are the default fp8 inference configs (maxabs_measure.json, maxabs_quant.json)
+QUANT_CONFIG_PACKAGE = f"{PACKAGE}.pytorch.plugins.quant_config.fp8"
+
 # module path -> (side, names it exports). A name maps to the same name in the side's module unless written
-# "name=path": `path` is an attribute path there; a trailing "()" calls it (once, when the name is first asked for).
+# "name=path": `path` is an attribute path there ("other_side:path" in another side's module); a trailing "()" calls it
+# (once, when the name is first asked for).
 MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     PACKAGE: ("trainer", (*_TRAINER_ALL, "HPU_AVAILABLE=HPUAccelerator.is_available()")),
     f"{PACKAGE}.pytorch": ("trainer", _TRAINER_ALL),
@@ -61,15 +88,21 @@ MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     f"{PACKAGE}.pytorch.strategies": ("trainer", (
         "HPUFSDPStrategy", "HPUDDPStrategy", "HPUDeepSpeedStrategy", "HPUParallelStrategy", "SingleHPUStrategy")),
     f"{PACKAGE}.pytorch.strategies.ddp": ("trainer", ("HPUDDPStrategy",)),
-    f"{PACKAGE}.pytorch.strategies.deepspeed": ("trainer", ("HPUDeepSpeedStrategy",)),
+    f"{PACKAGE}.pytorch.strategies.deepspeed": ("trainer", (
+        "HPUDeepSpeedStrategy", "_HPU_DEEPSPEED_AVAILABLE=utils:_HPU_DEEPSPEED_AVAILABLE",
+        "_HPU_SYNAPSE_GREATER_EQUAL_1_17_0=utils:_HPU_SYNAPSE_GREATER_EQUAL_1_17_0")),
     f"{PACKAGE}.pytorch.strategies.fsdp": ("trainer", ("HPUFSDPStrategy",)),
     f"{PACKAGE}.pytorch.strategies.parallel": ("trainer", ("HPUParallelStrategy",)),
     f"{PACKAGE}.pytorch.strategies.single": ("trainer", ("SingleHPUStrategy",)),
     f"{PACKAGE}.pytorch.plugins": ("trainer", (
         "HPUPrecisionPlugin", "HPUCheckpointIO", "HPUDeepSpeedPrecisionPlugin", "HPUFSDPPrecision")),
-    f"{PACKAGE}.pytorch.plugins.precision": ("trainer", ("HPUPrecisionPlugin",)),
-    f"{PACKAGE}.pytorch.plugins.deepspeed_precision": ("trainer", ("HPUDeepSpeedPrecisionPlugin",)),
-    f"{PACKAGE}.pytorch.plugins.fsdp_precision": ("trainer", ("HPUFSDPPrecision",)),
+    f"{PACKAGE}.pytorch.plugins.precision": ("trainer", ("HPUPrecisionPlugin", *_AVAILABILITY, *_PRECISION_EXTRAS)),
+    f"{PACKAGE}.pytorch.plugins.deepspeed_precision": ("trainer", (
+        "HPUDeepSpeedPrecisionPlugin", "HPUPrecisionPlugin", "_PRECISION_INPUT=utils:_PRECISION_INPUT")),
+    f"{PACKAGE}.pytorch.plugins.fsdp_precision": ("trainer", (
+        "HPUFSDPPrecision", "HPUPrecisionPlugin", "_PRECISION_INPUT=utils:_PRECISION_INPUT")),
+    f"{PACKAGE}.pytorch.plugins.quant_config": ("utils", ()),
+    QUANT_CONFIG_PACKAGE: ("utils", ()),
     f"{PACKAGE}.pytorch.plugins.io_plugin": ("trainer", ("HPUCheckpointIO",)),
     f"{PACKAGE}.pytorch.profiler": ("trainer", ("HPUProfiler",)),
     f"{PACKAGE}.pytorch.profiler.profiler": ("trainer", ("HPUProfiler",)),
@@ -90,10 +123,9 @@ MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     f"{PACKAGE}.fabric.plugins.io_plugin": ("fabric", ("HPUCheckpointIO",)),
     f"{PACKAGE}.utils": ("trainer", ()),
     f"{PACKAGE}.utils.resources": ("trainer", (
-        "device_count=HPUAccelerator.auto_device_count",
-        "is_fp8_available=HPUAccelerator.is_fp8_available",
-        "is_fp16_available=HPUAccelerator.is_fp16_available",
-    )),
+        "device_count=HPUAccelerator.auto_device_count", *_AVAILABILITY, *_RESOURCES)),
+    f"{PACKAGE}.utils.imports": ("utils", _IMPORTS),
+    f"{PACKAGE}.utils.hpu_distributed": ("utils", ("supported_reduce_ops",)),
 }
 
 _flavour: str | None = None
@@ -123,6 +155,8 @@ def resolve(module: str, name: str) -> Any:
     if entry is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     path = entry.partition("=")[2] or name
+    if ":" in path:
+        side, path = path.split(":", 1)
     call = path.endswith("()")
     value: Any = importlib.import_module(SOURCES[side][flavour()])
     for part in path.removesuffix("()").split("."):
@@ -131,12 +165,28 @@ def resolve(module: str, name: str) -> Any:
 
 
 def _is_package(module: str) -> bool:
-    return any(key.startswith(f"{module}.") for key in MODULES)
+    return module == QUANT_CONFIG_PACKAGE or any(key.startswith(f"{module}.") for key in MODULES)
+
+
+class _FolderReader:  # importlib.resources' TraversableResources, duck-typed: a package's data in one folder
+    def __init__(self, folder: Any) -> None:
+        self.folder = folder
+
+    def files(self) -> Any:
+        return self.folder
 
 
 class _NamesLoader:  # a Loader, duck-typed (importlib.abc costs milliseconds)
     def create_module(self, spec: Any) -> None:
         return None
+
+    def get_resource_reader(self, fullname: str) -> _FolderReader | None:
+        """The quant_config.fp8 package's data (importlib.resources.files / path ask for it)."""
+        if fullname != QUANT_CONFIG_PACKAGE:
+            return None
+        from hpu_nb.lightning_habana_utils import quant_config_dir  # noqa: PLC0415 -- lazy, as every served name
+
+        return _FolderReader(quant_config_dir())
 
     def exec_module(self, module: types.ModuleType) -> None:
         fullname = module.__name__

@@ -151,7 +151,8 @@ def _parse_hpus(devices: Any) -> int:
         count = devices
     else:
         raise MisconfigurationException(
-            f"`devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int, a digit string, "
+            f"{DEVICES_TYPES}: `devices={devices!r}` of type {type(devices).__name__} is not supported: pass an int,"
+            f" a digit string, "
             f"or 'auto'."
         )
     for issue in devices_issues(count, backend, given=devices):
@@ -173,6 +174,10 @@ def devices_issues(count: Any, backend: DeviceBackend, given: Any = None) -> lis
     return []
 
 
+# lightning-habana's words, first in every refusal of a `devices` value's type or list (its users' tests match them)
+DEVICES_TYPES = "`devices` for `HPUAccelerator` must be int, string or None (or a list of card indices 0..n-1)"
+
+
 def _check_hpu_indices(devices: list[Any] | tuple[Any, ...], available: int) -> int:
     """A list of card indices: each in range, none twice, and 0..n-1 (each rank drives the card of its local rank).
 
@@ -180,25 +185,26 @@ def _check_hpu_indices(devices: list[Any] | tuple[Any, ...], available: int) -> 
     naming other cards could not be honoured: it is refused rather than silently run on cards 0..n-1.
     """
     if not devices or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
-        raise MisconfigurationException(f"`devices={devices!r}` must be a non-empty list of HPU indices (ints).")
+        raise MisconfigurationException(f"{DEVICES_TYPES}: `devices={devices!r}` must be a non-empty list of HPU"
+                                        " indices (ints).")
     backend = get_backend()
     out_of_range = sorted({d for d in devices if not 0 <= d < available})
     if out_of_range:
         hint = backend.more_cards_hint()
         raise MisconfigurationException(
-            f"`devices={list(devices)!r}` names HPU {', '.join(map(str, out_of_range))}, but the valid indices are"
-            f" 0..{available - 1} ({available} card(s), {backend.describe()}).{hint}"
+            f"{DEVICES_TYPES}: `devices={list(devices)!r}` names HPU {', '.join(map(str, out_of_range))}, but the"
+            f" valid indices are 0..{available - 1} ({available} card(s), {backend.describe()}).{hint}"
         )
     duplicates = sorted({d for d in devices if list(devices).count(d) > 1})
     if duplicates:
         raise MisconfigurationException(
-            f"`devices={list(devices)!r}` lists HPU {', '.join(map(str, duplicates))} more than once: each rank needs a"
-            f" card of its own. Pass distinct indices, or devices={len(set(devices))}."
+            f"{DEVICES_TYPES}: `devices={list(devices)!r}` lists HPU {', '.join(map(str, duplicates))} more than"
+            f" once: each rank needs a card of its own. Pass distinct indices, or devices={len(set(devices))}."
         )
     if sorted(devices) != list(range(len(devices))):
         raise MisconfigurationException(
-            f"`devices={list(devices)!r}`: each rank drives the card of its local rank, so a list of indices must be"
-            f" 0..{len(devices) - 1}. To train on cards {', '.join(map(str, sorted(devices)))}, set"
+            f"{DEVICES_TYPES}: `devices={list(devices)!r}`: each rank drives the card of its local rank, so a list"
+            f" of indices must be 0..{len(devices) - 1}. To train on cards {', '.join(map(str, sorted(devices)))}, set"
             f" HABANA_VISIBLE_MODULES={','.join(map(str, sorted(devices)))} and pass devices={len(devices)}."
         )
     return len(devices)

@@ -194,22 +194,26 @@ class HPUDataModule(LightningDataModule):
         return dataset
 
     def _check_loader_arguments(self) -> None:
-        """The media loader's rules for every split (the plugin's `setup` checks, with the fix in each message)."""
+        """The media loader's rules for every split (the plugin's `setup` checks, with the fix in each message; each
+        message starts with the plugin's words, which its users' tests match)."""
         if self.shuffle:
             raise ValueError(
-                "HPUDataModule(shuffle=True): Habana's media loader does not support shuffle=True. Pass shuffle=False;"
+                "HabanaDataLoader does not support shuffle=True (HPUDataModule(shuffle=True): Habana's media loader)."
+                " Pass shuffle=False;"
                 " training data is still shuffled: by a RandomSampler seeded with `seed` (a DistributedSampler when"
                 " distributed=True), or on a Gaudi2 by Habana's media loader itself."
             )
         if not self.pin_memory:
             raise ValueError(
-                "HPUDataModule(pin_memory=False): Habana's media loader only supports pin_memory=True. Pass"
+                "HabanaDataLoader only supports pin_memory=True (HPUDataModule(pin_memory=False): Habana's media"
+                " loader only supports pin_memory=True). Pass"
                 " pin_memory=True (on the emulated Gaudi pinning costs nothing: host memory is the device's)."
             )
         if self.num_workers != HABANA_NUM_WORKERS:
             raise ValueError(
-                f"HPUDataModule(num_workers={self.num_workers}): Habana's media loader only supports num_workers="
-                f"{HABANA_NUM_WORKERS}. Pass num_workers={HABANA_NUM_WORKERS}."
+                f"HabanaDataLoader only supports num_workers as {HABANA_NUM_WORKERS} (HPUDataModule(num_workers="
+                f"{self.num_workers}): Habana's media loader only supports num_workers={HABANA_NUM_WORKERS}). Pass"
+                f" num_workers={HABANA_NUM_WORKERS}."
             )
 
     def _dataset(self, split: str, dataset: Dataset[Any] | None, folder: str | None, transforms: Any) -> Dataset[Any]:

@@ -71,9 +71,14 @@ def hpu_autocast(
 
 
 @contextlib.contextmanager
-def autocast_context(precision: str, *, recipe: Any = None) -> Generator[None, None, None]:
-    """The forward context for a unified precision: autocast on "hpu" (+ fp8 for "fp8"); cached casts are off on HPU."""
+def autocast_context(precision: str, *, recipe: Any = None, bf16_autocast: bool = False
+                     ) -> Generator[None, None, None]:
+    """The forward context for a unified precision: autocast on "hpu" for "-mixed"; for "fp8" the transformer engine's
+    fp8_autocast only (lightning-habana's), plus bf16 autocast around it with `bf16_autocast=True`. Cached casts are
+    off on HPU."""
     dtype = autocast_dtype(precision)
+    if precision == "fp8" and bf16_autocast:
+        dtype = torch.bfloat16
     with contextlib.ExitStack() as stack:
         if dtype is not None:
             stack.enter_context(torch.autocast(autocast_device_type(), dtype=dtype, cache_enabled=False))

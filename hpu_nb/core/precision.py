@@ -65,6 +65,8 @@ class HPUPrecisionPlugin(Precision, HPUPrecision):  # type: ignore[misc]
         lower_list / fp32_list: op-list file path or op names, replacing Habana's default list.
         bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: HMP-era arguments, still read.
         scaler: a torch.amp.GradScaler for "16-mixed" (default: one on "hpu").
+        bf16_autocast: with "fp8", bf16 autocast around the fp8 layers too (default: fp8_autocast only, the rest fp32,
+            as lightning-habana).
     """
 
     # -- the loss scaler of "16-mixed" around Lightning's closure (as Lightning's MixedPrecision) ------------------

@@ -16,6 +16,7 @@ from hpu_nb.runtime import get_backend
 
 __all__ = [
     "AUTOCAST_PRECISIONS",
+    "LIGHTNING_HABANA_PRECISIONS",
     "PLUGIN_PRECISIONS",
     "PRECISION_ALIASES",
     "PRECISION_CHOICES",
@@ -41,6 +42,9 @@ PRECISION_ALIASES = {
     "16-true": "16-true",
 }
 PLUGIN_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "fp8")  # what HPUPrecisionPlugin / HPUPrecision run
+# lightning-habana's names, in its order (its `_PRECISION_INPUT`): its error listed them so, and its users' tests
+# match that message
+LIGHTNING_HABANA_PRECISIONS = ("32", "32-true", "bf16", "bf16-mixed", "fp8", "16-mixed")
 # the plugin precisions that compute under torch.autocast (HPUPrecisionPlugin's op lists act on these)
 AUTOCAST_PRECISIONS = tuple(name for name in PLUGIN_PRECISIONS if name.endswith("-mixed"))
 PRECISION_CHOICES = tuple(
@@ -48,14 +52,16 @@ PRECISION_CHOICES = tuple(
 )
 
 # The float dtype of each unified precision: what "-true" casts the weights to, what "-mixed" computes in under
-# autocast (FSDP also reduces in it). fp8 runs its fp8 layers in fp8 and the rest in bfloat16.
+# autocast (FSDP also reduces in it). fp8 runs its fp8 layers in fp8 and the rest in float32, as lightning-habana did
+# (the transformer engine's fp8_autocast only); bf16 autocast around it is opt-in:
+# HPUPrecisionPlugin("fp8", bf16_autocast=True).
 PRECISION_DTYPES: dict[str, torch.dtype] = {
     "32-true": torch.float32,
     "bf16-mixed": torch.bfloat16,
     "bf16-true": torch.bfloat16,
     "16-mixed": torch.float16,
     "16-true": torch.float16,
-    "fp8": torch.bfloat16,
+    "fp8": torch.float32,
 }
 
 
@@ -72,8 +78,9 @@ def precision_dtype(precision: str) -> torch.dtype:
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype of a unified precision name (None where nothing runs under autocast: "32-true", "-true")."""
-    return PRECISION_DTYPES[precision] if precision.endswith("-mixed") or precision == "fp8" else None
+    """The autocast dtype of a unified precision name (None where nothing runs under torch.autocast: "32-true",
+    "-true", and "fp8", whose fp8 layers run under the transformer engine's fp8_autocast and the rest in float32)."""
+    return PRECISION_DTYPES[precision] if precision.endswith("-mixed") else None
 
 
 class UnsupportedPrecisionError(ValueError):
@@ -93,9 +100,10 @@ def validate_precision(precision: Any, *, check_device: bool = True) -> str:
         )
     unified = unify_precision(precision)
     if unified not in PLUGIN_PRECISIONS:
-        raise ValueError(
-            f"HPUPrecisionPlugin(precision={precision!r}) is not supported. Choose one of: "
-            f"{', '.join(PRECISION_CHOICES)}."
+        raise ValueError(  # lightning-habana's words first
+            f"`Trainer(accelerator='hpu', precision={precision!r})` is not supported. `precision` must be one of:"
+            f" {LIGHTNING_HABANA_PRECISIONS}. HPUPrecisionPlugin(precision={precision!r}) is not supported. Choose"
+            f" one of: {', '.join(PRECISION_CHOICES)}."
         )
     if check_device:
         for issue in generation_issues(unified, get_backend()):  # the one owner of the generation rule

@@ -16,13 +16,13 @@ import json
 import logging
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.trainer import setup
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from hpu_nb.core.noise import (
@@ -67,7 +67,7 @@ class HPUProfiler(PyTorchProfiler):
     """
 
     def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, **kwargs: Any) -> None:
-        _warn_on_habana_profile()
+        _refuse_habana_profile()
         self._backend = get_backend()
         self._device_info = _device_info(self._backend)
         self._activities_given = kwargs.get("activities") is not None
@@ -253,14 +253,20 @@ def _device_info(backend: Any) -> dict[str, Any]:
     return info
 
 
-def _warn_on_habana_profile() -> None:
+class HabanaProfileConflict(MisconfigurationException, AssertionError):
+    """HABANA_PROFILE asks Habana's own profiler, which conflicts with the PyTorch profiler on HPU. A configuration
+    error; an AssertionError too, the type lightning-habana raised (its users' tests catch that)."""
+
+
+def _refuse_habana_profile() -> None:
+    """Refuse HABANA_PROFILE other than unset, "" or "profile_api_light", as lightning-habana's HPUProfiler did (an
+    assertion there): the HPU trace would be empty or wrong."""
     value = os.environ.get("HABANA_PROFILE")
     if value is not None and value.strip() not in ALLOWED_HABANA_PROFILE:
-        warnings.warn(
-            f"HABANA_PROFILE={value!r} conflicts with the PyTorch profiler on HPU: unset it or set it to "
-            "'profile_api_light' before starting Python, or the HPU trace may be empty or wrong.",
-            RuntimeWarning,
-            stacklevel=3,
+        raise HabanaProfileConflict(
+            f"`HABANA_PROFILE` should not be set when using `HPUProfiler`: HABANA_PROFILE={value!r} turns on Habana's"
+            " own profiler, which conflicts with the PyTorch profiler on HPU (the HPU trace would be empty or wrong)."
+            " Unset it, or set it to 'profile_api_light', before starting Python."
         )
 
 

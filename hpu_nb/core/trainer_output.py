@@ -5,8 +5,11 @@ Lightning's Trainer logs "GPU available: ..." and "TPU available: ..." (then adv
 nothing useful, and nothing says which HPU backend runs until `fit`: `install()` wraps that function so an HPU Trainer
 logs one line instead, at construction (saying plainly when the Gaudi is emulated); the tips that follow and the
 accelerator's "HPU available" line at `fit` (the same fact again) are left out. Other Trainers are untouched.
-Lightning 2.6 with torch 2.13 also warns "`isinstance(treespec, LeafSpec)` is deprecated" from its own _pytree on
-every fit: nothing a user can act on, so that one message is ignored. The wrap is idempotent.
+Lightning 2.6 with torch 2.13 also warns "`isinstance(treespec, LeafSpec)` is deprecated" (a FutureWarning) from its
+own _pytree on every fit, constructing torch's deprecated `LeafSpec()`: nothing a user can act on, and an error under
+`-W error::FutureWarning` (lightning-habana's pytest settings). Where torch has the replacement it names
+(`treespec_leaf()`, the same leaf spec, made once), Lightning's _pytree gets it in that name's place, so the warning
+is never raised; elsewhere the one message is ignored. The wrap is idempotent.
 """
 
 from __future__ import annotations
@@ -49,9 +52,10 @@ def install() -> bool:
     original: Callable[[Any], None] | None = getattr(trainer_setup, "_log_device_info", None)
     if original is None:
         return False
-    # (re)applied on every call: a warnings.catch_warnings block around an earlier call may have dropped it
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
+    if not _leaf_spec_without_warning():
+        # (re)applied on every call: a warnings.catch_warnings block around an earlier call may have dropped it
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
     if getattr(original, "_hpu_nb_wrapped", False):
         return True
 
@@ -70,4 +74,20 @@ def install() -> bool:
     logger = logging.getLogger(RANK_ZERO_LOGGER)
     if not any(isinstance(f, HPUTrainerNoiseFilter) for f in logger.filters):
         logger.addFilter(HPUTrainerNoiseFilter())
+    return True
+
+
+def _leaf_spec_without_warning() -> bool:
+    """Lightning's _pytree builds `LeafSpec()` (its `_tree_flatten`, on every batch); torch 2.13 deprecates that class
+    with a FutureWarning at construction and offers `treespec_leaf()`, the same spec. Give Lightning's module that
+    factory under the name it calls (tests/core/test_lightning_tripwire.py fingerprints `_tree_flatten`). False where
+    this torch has no treespec_leaf (its LeafSpec does not warn)."""
+    from lightning.pytorch.utilities import _pytree as lightning_pytree  # noqa: PLC0415 -- only once Lightning is in
+    from torch.utils import _pytree as torch_pytree  # noqa: PLC0415
+
+    leaf = getattr(torch_pytree, "treespec_leaf", None)
+    if leaf is None:
+        return False
+    if getattr(lightning_pytree, "LeafSpec", None) is not leaf:
+        lightning_pytree.LeafSpec = leaf  # type: ignore[misc]  # a factory of the same spec, in the class's name
     return True

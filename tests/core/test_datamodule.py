@@ -118,9 +118,10 @@ def test_loaders_need_setup_and_validate_builds_only_validation_data():
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"shuffle": True}, r"does not support shuffle=True\. Pass shuffle=False"),
-        ({"pin_memory": False}, r"only supports pin_memory=True\. Pass pin_memory=True"),
-        ({"num_workers": 4}, r"num_workers=4\).*only supports num_workers=8\. Pass num_workers=8"),
+        ({"shuffle": True}, r"^HabanaDataLoader does not support shuffle=True .*\. Pass shuffle=False"),
+        ({"pin_memory": False}, r"^HabanaDataLoader only supports pin_memory=True .*\. Pass pin_memory=True"),
+        ({"num_workers": 4}, r"^HabanaDataLoader only supports num_workers as 8 .*num_workers=4\).*only supports"
+                             r" num_workers=8\)\. Pass num_workers=8"),
         ({"num_workers": 0}, r"Pass num_workers=8"),
     ],
 )

@@ -81,7 +81,9 @@ def test_user_config_dict_is_not_modified():
         ({"stage": 2, "offload_parameters": True}, "offload_parameters=True needs ZeRO stage 3"),
         ({"config": {"zero_optimization": {"stage": 1, "offload_param": {"device": "cpu"}}}},
          "Offloading parameters .* needs ZeRO stage 3, but stage is 1"),
-        ({"config": "/nonexistent/ds_config.json"}, "does not exist"),
+        # lightning-habana's (and Lightning's) words first, then hpu_nb's
+        ({"config": "/nonexistent/ds_config.json"}, "^You passed in a path to a DeepSpeed config but the path does not"
+                                                    " exist: DeepSpeed config file '/nonexistent/ds_config.json'"),
     ],
 )
 def test_bad_configurations_are_clear_errors(kwargs, message):

@@ -637,3 +637,37 @@ if __name__ == "__main__":
         fp8_dir = sys.argv[3] if len(sys.argv) > 3 else None
         print(json.dumps(quantize_in_this_process(Path(sys.argv[2]), None if fp8_dir is None else Path(fp8_dir),
                                                   default=fp8_dir == NO_PATH)))
+
+
+# -- lightning-habana's contract: what its users' tests look for --------------------------------------------------
+def test_the_measurement_path_is_written_back_into_the_users_file_or_dict(tmp_path, fresh_fp8_process) -> None:
+    """As lightning-habana did: the step's `<fp8_data_path>/inc_output/measure` is patched into the config the user
+    passed, a JSON file (its other entries kept) or a dict."""
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+
+    config = tmp_path / "my_measure.json"
+    config.write_text(json.dumps({"mode": "MEASURE", "observer": "maxabs", "dump_stats_path": "/old/place"}))
+    plugin = HPUPrecisionPlugin("fp8")
+    plugin.convert_modules(make_model(), inference=True, quant=str(config), fp8_data_path=str(tmp_path / "a"))
+    written = json.loads(config.read_text())
+    assert written == {"mode": "MEASURE", "observer": "maxabs",
+                       "dump_stats_path": str((tmp_path / "a").resolve() / "inc_output" / "measure")}
+    settings = {"mode": "MEASURE", "allowlist": {"types": [], "names": []}}
+    plugin.convert_modules(make_model(), inference=True, quant=settings, fp8_data_path=str(tmp_path / "b"))
+    assert settings["dump_stats_path"] == str((tmp_path / "b").resolve() / "inc_output" / "measure")
+
+
+def test_the_plugins_errors_keep_its_types_and_first_words(tmp_path, fresh_fp8_process) -> None:
+    from hpu_nb.core.fp8.plugin import Fp8PrecisionRequired
+    from hpu_nb.core.precision import HPUPrecisionPlugin
+
+    for kind in (AssertionError, ValueError):  # the plugin's assert, and hpu_nb's bad-argument type
+        with pytest.raises(kind, match=r"^HPUPrecisionPlugin\.convert_modules\(\) should only be used with "
+                                       r"precision=`fp8`\. This plugin's precision is 'bf16-mixed'"):
+            HPUPrecisionPlugin("bf16-mixed").convert_modules(make_model(), inference=False)
+    assert issubclass(Fp8PrecisionRequired, AssertionError) and issubclass(Fp8PrecisionRequired, ValueError)
+    with pytest.raises(TypeError, match=r"^`quant` must be either a bool, file path or a dictionary\. Got <class "
+                                        r"'NoneType'>"):
+        HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=None, fp8_data_path=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"^Failed to load file .*maxabs_quant\.json: "):
+        HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(tmp_path))

@@ -168,7 +168,7 @@ def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(make_fak
     from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe as te_recipe
 
     with plugin.forward_context():
-        assert torch.is_autocast_enabled("hpu")
+        assert not torch.is_autocast_enabled("hpu")  # lightning-habana's fp8: the transformer engine's region only
         out = model(torch.randn(2, 8))
     (call,) = fake.calls.named("fp8_autocast")
     assert call.kwargs["enabled"] is True
@@ -178,6 +178,9 @@ def test_gaudi_path_uses_te_linear_with_copied_weights_and_fp8_autocast(make_fak
     assert out.dtype == torch.bfloat16
     plugin.convert_modules(model, replace_layers=True)  # already te modules (found with isinstance): left alone
     assert fake.calls.count("Linear.__init__") == 2
+    with HPUPrecisionPlugin("fp8", bf16_autocast=True).forward_context():  # opt-in: bf16 autocast around fp8
+        assert torch.is_autocast_enabled("hpu") and torch.get_autocast_dtype("hpu") == torch.bfloat16
+    assert fake.calls.count("fp8_autocast") == 2
 
 
 def test_first_generation_gaudi_refuses_fp8(make_fake_gaudi) -> None:  # noqa: F811

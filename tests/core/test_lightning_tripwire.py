@@ -121,6 +121,9 @@ FINGERPRINTS = [
      "with on_iteration_done"),
     ("lightning.pytorch.loops.loop", "_Loop.on_iteration_done", "e30c5339d69d6279",
      "strategies/trainer_results._not_restarting: clears what load_state_dict set"),
+    ("lightning.pytorch.utilities._pytree", "_tree_flatten", "5c57c674b766814c",
+     "trainer_output._leaf_spec_without_warning: Lightning's _pytree.LeafSpec is torch's treespec_leaf (it is only"
+     " constructed, `LeafSpec()`, never used in isinstance)"),
     ("lightning.fabric.utilities.cloud_io", "_load", "2a7aa617333664ad",
      "checkpoint_io.HPUCheckpointIO.load_checkpoint: passes weights_only=True for what this treats as a URL "
      "(`str(path).startswith('http')`, defaulted to weights_only=False here); _is_url must match its test"),
@@ -213,6 +216,7 @@ PRIVATE_NAMES = [
     ("lightning.pytorch.strategies.fsdp", "", "_setup_activation_checkpointing",
      "strategies/fsdp._setup_model (copy)"),
     ("lightning.fabric.utilities.distributed", "", "_distributed_is_initialized", "strategy_parts/parallel"),
+    ("lightning.pytorch.utilities", "", "_pytree", "trainer_output._leaf_spec_without_warning (its LeafSpec name)"),
     ("lightning.fabric.utilities.distributed", "", "_set_num_threads_if_needed", "strategy_parts/launchers"),
     # read or set on Lightning's objects
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector", "_precision_flag",

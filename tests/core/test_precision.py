@@ -33,8 +33,26 @@ def fit(model: L.LightningModule, **trainer_kwargs) -> L.Trainer:
      ("16-mixed", "16-mixed"), ("fp8", "fp8")],
 )
 def test_accepted_precisions(given, unified) -> None:
+    """The plugin keeps the name the user wrote, as lightning-habana's did ('bf16' stays 'bf16': code comparing
+    `trainer.precision == "bf16"` keeps its branch); its rules read Lightning's unified name."""
     assert validate_precision(given) == unified
-    assert HPUPrecisionPlugin(precision=given).precision == unified
+    plugin = HPUPrecisionPlugin(precision=given)
+    assert plugin.precision == (given if isinstance(given, str) else unified)
+    assert plugin.unified_precision == unified
+
+
+def test_bf16_autocast_is_for_fp8_only() -> None:
+    with pytest.raises(ValueError, match="bf16_autocast=True is for precision='fp8'"):
+        HPUPrecisionPlugin("bf16-mixed", bf16_autocast=True)
+
+
+@pytest.mark.parametrize("given, dtype", [("bf16", torch.bfloat16), ("32", torch.float32)])
+def test_the_name_as_written_is_what_the_trainer_reports_and_it_computes_the_same(given, dtype) -> None:
+    """trainer.precision is the plugin's name (Lightning reads precision_plugin.precision), as with lightning-habana."""
+    model = LinearModel(FEATURES)
+    trainer = fit(model, plugins=[HPUPrecisionPlugin(given)])
+    assert trainer.precision == given
+    assert set(model.seen_dtypes) == {dtype}
 
 
 @pytest.mark.parametrize("bad", ["64-true", "bf16-true", "transformer-engine", "half", None, True])

@@ -11,6 +11,7 @@ import warnings
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from hpu_nb import traces
 from hpu_nb.core.profiler import EMULATED_NOTE, HPUProfiler
@@ -118,10 +119,14 @@ def test_import_order_does_not_matter(first):
     assert "HPUProfiler ['CPU']" in out.stdout
 
 
-def test_habana_profile_warning(monkeypatch):
+def test_habana_profile_is_refused_as_lightning_habana_did(monkeypatch):
+    """A configuration error, and an AssertionError as the plugin's assert was (its users' tests catch that), with
+    the plugin's words first."""
     monkeypatch.setenv("HABANA_PROFILE", "1")
-    with pytest.warns(RuntimeWarning, match="HABANA_PROFILE='1' conflicts"):
-        HPUProfiler()
+    for kind in (MisconfigurationException, AssertionError):
+        with pytest.raises(kind, match="^`HABANA_PROFILE` should not be set when using `HPUProfiler`: "
+                                       "HABANA_PROFILE='1' turns on Habana's own profiler"):
+            HPUProfiler()
     for ok in ("profile_api_light", ""):
         monkeypatch.setenv("HABANA_PROFILE", ok)
         with warnings.catch_warnings():

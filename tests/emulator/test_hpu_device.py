@@ -468,3 +468,18 @@ def test_a_device_or_fifo_named_as_an_op_list_is_refused_at_once(tmp_path, name)
         with pytest.warns(UserWarning, match="not a regular file"):
             lists = hpu_autocast_lists.lists_from_environment({env: path})
         assert lists.lower == hpu_autocast_lists.DEFAULT_LOWER_OPS and lists.fp32 == hpu_autocast_lists.DEFAULT_FP32_OPS
+
+
+def test_addmm_computes_in_the_common_dtype_as_habanas_and_mm_refuses_a_mix_as_habanas() -> None:
+    """Habana's addmm promotes self, mat1 and mat2 to their common dtype (the bridge's AddMMMeta), where the CPU
+    kernel refuses mixed dtypes: a bf16 activation left by an autocast region runs through an fp32 nn.Linear (2-D input
+    with bias) in fp32. Its mm (MmMeta) refuses a mix, as the CPU does."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 3)
+    x = torch.randn(4, 8).to(torch.bfloat16)
+    expected = linear(x.float())
+    out = linear.to("hpu")(x.to("hpu"))
+    assert out.dtype == torch.float32
+    assert torch.equal(out.cpu(), expected)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.mm(x.to("hpu"), torch.randn(8, 2, device="hpu"))

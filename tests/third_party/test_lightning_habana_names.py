@@ -59,6 +59,10 @@ PLUGIN_MODULES = [
     "lightning_habana.fabric.plugins.io_plugin",
     "lightning_habana.utils",
     "lightning_habana.utils.resources",
+    "lightning_habana.utils.imports",
+    "lightning_habana.utils.hpu_distributed",
+    "lightning_habana.pytorch.plugins.quant_config",
+    "lightning_habana.pytorch.plugins.quant_config.fp8",
 ]
 # lightning_habana/__init__.py's __all__ (lightning-habana 1.7)
 PLUGIN_TOP_LEVEL = {
@@ -99,7 +103,9 @@ def test_the_table_serves_every_public_module_path_of_the_plugin():
     assert sorted(names.MODULES) == sorted(PLUGIN_MODULES)
     assert set(names.exported_names("lightning_habana")) == PLUGIN_TOP_LEVEL
     assert set(names.exported_names("lightning_habana.pytorch")) == PLUGIN_TOP_LEVEL - {"HPU_AVAILABLE"}
-    assert names.exported_names("lightning_habana.pytorch.plugins.precision") == ["HPUPrecisionPlugin"]
+    assert names.exported_names("lightning_habana.pytorch.plugins.precision")[0] == "HPUPrecisionPlugin"
+    assert {"_PRECISION_INPUT", "is_fp8_available", "_INTEL_NEURAL_COMPRESSOR_AVAILABLE"} <= set(
+        names.exported_names("lightning_habana.pytorch.plugins.precision"))
     assert names.exported_names("lightning_habana.utils") == []
 
 
@@ -129,15 +135,19 @@ def test_every_module_path_imports_and_its_names_are_hpu_nbs(tmp_path):
                            "is_fp8_available": HPUAccelerator.is_fp8_available,
                            "is_fp16_available": HPUAccelerator.is_fp16_available}}
         wrong, counted = [], 0
+        from hpu_nb import lightning_habana_names as names, lightning_habana_utils as helpers
         for path in {PLUGIN_MODULES!r}:
             module = importlib.import_module(path)
             home = hpu_nb.fabric if ".fabric" in path else hpu_nb
+            entries = dict(e.partition("=")[::2] for e in names.MODULES[path][1])
             for name in module.__all__:
                 counted += 1
                 value = getattr(module, name)
                 if name == "HPU_AVAILABLE":
                     ok = value is HPUAccelerator.is_available()
-                elif ".utils" in path:
+                elif entries[name].startswith("utils:") or names.MODULES[path][0] == "utils":  # the plugin's helpers
+                    ok = value is getattr(helpers, name)
+                elif name in expected_utils:
                     ok = value is expected_utils[name]
                 else:
                     ok = value is getattr(home, name)
@@ -757,3 +767,98 @@ def test_lightning_habanas_lightning_flavour_in_a_pytorch_lightning_trainer_name
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("LightningFlavourError |")
     assert "`from hpu_nb.pytorch_lightning import HPUPrecisionPlugin`" in done.stdout
+
+
+# -- the plugin's helpers, flags and package data (hpu_nb/lightning_habana_utils.py), as its tests use them ----------
+def test_the_plugins_device_and_release_helpers_answer_as_its_did():
+    import warnings
+
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from lightning_habana.utils import resources
+
+    # the emulated Gaudi2 of the default release: the plugin's tests skip fp8 on "GAUDI" and check "1." releases
+    assert resources.get_device_name_from_hlsmi() == resources.get_device_name_from_backend() == "GAUDI2"
+    assert resources.get_hpu_synapse_version() == "1.21.0"
+    assert resources._parse_hpu_synapse_versions(
+        "Habanalabs hl-smi/hlml version hl-1.11.0-fw-45.1.1.1 (Aug 04 2023 - 02:48:21)") == ("1.11.0", "45.1.1.1")
+    assert resources._parse_for_device_name("Zephyr 2.7.2-hl-gaudi2-1.17.2-fw-51.5.1-sec-9") == "GAUDI2"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resources._parse_hpu_synapse_versions("any string as fake CMD output") == ("", "")
+        assert resources._parse_for_device_name("any other input") == "GAUDI"
+    assert len(caught) == 2 and "hl-smi" in str(caught[0].message)
+    assert (resources._parse_hpus(None), resources._parse_hpus("2"), resources._parse_hpus(3)) == (None, 2, 3)
+    with pytest.raises(MisconfigurationException, match="must be int, string or None"):
+        resources._parse_hpus([1])
+    assert set(resources.get_device_stats("hpu")) >= {"Limit", "InUse", "MaxInUse"}
+
+
+def test_the_plugins_flags_say_what_hpu_nb_can_do():
+    from lightning_utilities.core.imports import RequirementCache
+
+    from lightning_habana.pytorch.plugins import precision
+    from lightning_habana.pytorch.strategies.deepspeed import _HPU_DEEPSPEED_AVAILABLE
+    from lightning_habana.utils import imports
+
+    assert imports._LIGHTNING_GREATER_EQUAL_2_3_0 is True and imports._LIGHTNING_GREATER_EQUAL_2_0_0 is True
+    assert imports._HPU_SYNAPSE_GREATER_EQUAL_1_17_0 is True and imports._HABANA_FRAMEWORK_AVAILABLE is True
+    assert imports._TORCH_GREATER_EQUAL_2_0_0 is True and imports._TORCH_LESSER_2_3_0 is False
+    assert imports._TORCH_LESSER_EQUAL_1_13_1 is False and isinstance(imports._KINETO_AVAILABLE, bool)
+    assert isinstance(imports._TORCHVISION_AVAILABLE, RequirementCache)
+    # hpu_nb's DeepSpeed strategy runs on DeepSpeed's releases (installed here); fp8 inference on the emulated engine
+    assert isinstance(_HPU_DEEPSPEED_AVAILABLE, RequirementCache) and bool(_HPU_DEEPSPEED_AVAILABLE)
+    assert precision._INTEL_NEURAL_COMPRESSOR_AVAILABLE is True
+    assert precision.is_fp8_available() == (True, "") and precision.is_fp16_available()[0] is True
+
+
+def test_supported_reduce_ops_are_hccls_and_the_refusal_lists_them_as_the_plugin_did():
+    from torch.distributed import ReduceOp
+
+    from hpu_nb.core.strategy_parts.collectives import reduce_op_name
+    from lightning_habana.utils.hpu_distributed import supported_reduce_ops
+
+    assert supported_reduce_ops == {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX,
+                                    "product": ReduceOp.PRODUCT}
+    with pytest.raises(TypeError, match=f"^Unsupported ReduceOp band. Supported ops in HCCL are: "
+                                        f"{', '.join(supported_reduce_ops)}"):
+        reduce_op_name("band")
+    assert all(reduce_op_name(name) == name for name in supported_reduce_ops)
+
+
+def test_precision_input_is_the_plugins_names_and_each_keeps_its_name():
+    from typing import get_args
+
+    from lightning_habana.pytorch.plugins import HPUPrecisionPlugin
+    from lightning_habana.pytorch.plugins.fsdp_precision import _PRECISION_INPUT as fsdp_names
+    from lightning_habana.pytorch.plugins.precision import _PRECISION_INPUT
+
+    assert get_args(_PRECISION_INPUT) == ("32", "32-true", "bf16", "bf16-mixed", "fp8", "16-mixed")
+    assert fsdp_names is _PRECISION_INPUT
+    assert [HPUPrecisionPlugin(name).precision for name in get_args(_PRECISION_INPUT)] == list(
+        get_args(_PRECISION_INPUT))
+    with pytest.raises(ValueError, match=re.escape(
+            "`Trainer(accelerator='hpu', precision='f16-mixed')` is not supported. "
+            f"`precision` must be one of: {get_args(_PRECISION_INPUT)}.")):
+        HPUPrecisionPlugin(precision="f16-mixed")
+
+
+def test_the_quant_config_package_holds_hpu_nbs_default_fp8_configs(tmp_path, monkeypatch):
+    import importlib.resources
+
+    from lightning_habana.pytorch.plugins import precision
+    from lightning_habana.utils.resources import modify_fp8_json
+
+    monkeypatch.setenv("HPU_NB_CACHE_DIR", str(tmp_path))  # the folder is made in hpu_nb's cache directory
+    package = importlib.resources.files("lightning_habana.pytorch.plugins.quant_config.fp8")
+    measure = json.loads(package.joinpath("maxabs_measure.json").read_text())
+    quant = json.loads(package.joinpath("maxabs_quant.json").read_text())
+    assert (measure["mode"], measure["observer"]) == ("MEASURE", "maxabs")
+    assert (quant["mode"], quant["observer"], quant["scale_method"]) == ("QUANTIZE", "maxabs", "maxabs_hw")
+    assert quant["blocklist"] == {"types": [], "names": ["lm_head"]} and "dump_stats_path" in measure
+    assert Path(precision.MAXABS_QUANT).name == "maxabs_quant.json"  # the plugin's default path (computed once)
+    with importlib.resources.as_file(package.joinpath("maxabs_measure.json")) as path:
+        assert path.parent == tmp_path / "lightning_habana" / "quant_config" / "fp8"
+        modify_fp8_json(str(path), {"dump_stats_path": "/elsewhere/inc_output/measure"})
+        assert json.loads(path.read_text())["dump_stats_path"] == "/elsewhere/inc_output/measure"
+        assert json.loads(path.read_text())["mode"] == "MEASURE"  # the other entries are kept

@@ -52,6 +52,9 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         bf16_file_path / fp32_file_path / opt_level / verbose / hmp_params: HMP-era arguments, still read.
         scaler: an HPUGradScaler for "16-mixed" (default: one on "hpu"; hpu_nb.core.mixed_precision says why; torch's
             own GradScaler is taken with a warning: it calls ops a Gaudi has no kernel for).
+        bf16_autocast: with precision="fp8", also run bf16 autocast around the forward, so the ops outside the fp8
+            layers compute in bf16 (faster on a Gaudi's bf16 units, less exact; benchmarks/bench_fp8.py measures
+            both). Default False: lightning-habana's fp8, the transformer engine's fp8_autocast only, the rest fp32.
     """
 
     def __init__(
@@ -69,10 +72,19 @@ class HPUPrecision(HPUFp8Mixin, Precision):
         verbose: bool = False,
         hmp_params: Mapping[str, Any] | None = None,
         scaler: torch.amp.GradScaler | None = None,
+        bf16_autocast: bool = False,
     ) -> None:
-        self.precision = validate_precision(precision)
+        # Lightning's name for it ("bf16" -> "bf16-mixed"), which every rule here reads; `precision` keeps the name the
+        # user wrote, as lightning-habana's plugin did (`trainer.precision == "bf16"` stays True; unify_precision
+        # maps either spelling to the same name)
+        self.unified_precision = validate_precision(precision)
+        self.precision = precision if isinstance(precision, str) else self.unified_precision
         self.device = device
-        self.scaler = loss_scaler(self.precision, scaler)
+        self.scaler = loss_scaler(self.unified_precision, scaler)
+        if bf16_autocast and self.unified_precision != "fp8":
+            raise ValueError(f"bf16_autocast=True is for precision='fp8' (bf16 autocast around the fp8 layers), not"
+                             f" {precision!r}: for bf16 autocast alone, use precision='bf16-mixed'.")
+        self.bf16_autocast = bool(bf16_autocast)
         lower_list = _seed_alias("bf16_file_path", bf16_file_path, "lower_list", lower_list)
         fp32_list = _seed_alias("fp32_file_path", fp32_file_path, "fp32_list", fp32_list)
         if hmp_params is not None:
@@ -109,7 +121,7 @@ class HPUPrecision(HPUFp8Mixin, Precision):
     # -- forward -----------------------------------------------------------------------------------------------
     def autocast_context_manager(self) -> AbstractContextManager[None]:
         """The context every forward (Fabric) / training, evaluation and predict step (Trainer) runs in."""
-        return autocast_context(self.precision, recipe=self.recipe)
+        return autocast_context(self.unified_precision, recipe=self.recipe, bf16_autocast=self.bf16_autocast)
 
     @override
     def forward_context(self) -> AbstractContextManager[None]:
@@ -164,7 +176,9 @@ class HPUFSDPPrecision(HPUFSDPPrecisionMixin, FSDPPrecision):
         if isinstance(plugin, cls):
             return plugin
         # HPUPrecisionPlugin is an HPUPrecision, the Trainer's HPUFSDPPrecision an HPUFSDPPrecisionMixin
-        if isinstance(plugin, (HPUPrecision, HPUFSDPPrecisionMixin)):
+        if isinstance(plugin, HPUPrecision):
+            return cls(plugin.unified_precision)
+        if isinstance(plugin, HPUFSDPPrecisionMixin):
             return cls(plugin.precision)
         raise TypeError(f"HPUFSDPStrategy works with HPUFSDPPrecision, got {type(plugin).__name__}.")
 

@@ -195,7 +195,9 @@ def _read_json(path: Path, what: str, *, made_by_measuring: bool) -> Any:
     if not path.exists():  # stat only: it neither opens nor blocks on a FIFO
         hint = (". Measure first, in another process: convert_modules(model, inference=True, quant=False,"
                 " fp8_data_path=...) then trainer.predict(...)." if made_by_measuring else ".")
-        raise FileNotFoundError(f"{what} {path} does not exist{hint}")
+        # what the measure step writes: lightning-habana's words first (Intel Neural Compressor's "Failed to load")
+        failed = f"Failed to load file {path}: " if made_by_measuring else ""
+        raise FileNotFoundError(f"{failed}{what} {path} does not exist{hint}")
     try:
         return json.loads(read_small_file(path, what))
     except UnreadableFileError as err:
@@ -286,7 +288,8 @@ def _step_config(path: Path, quant: bool | str | dict[str, Any]) -> tuple[dict[s
     elif isinstance(quant, Mapping):
         config = normalize_config(quant, "the quant= config")
     else:
-        raise TypeError(f"quant must be True / False, a config file path or a dict, not {type(quant).__name__}.")
+        raise TypeError(f"`quant` must be either a bool, file path or a dictionary. Got {type(quant)}: quant=True"
+                        " quantizes, quant=False measures, or pass an fp8 config file path or dict.")
     if config["mode"] not in ("MEASURE", "QUANTIZE"):
         raise Fp8InferenceError(f"fp8 config mode {config['mode']!r}: hpu_nb runs MEASURE and QUANTIZE steps.")
     return config, config["mode"]
@@ -313,7 +316,33 @@ def plan_inference(quant: bool | str | dict[str, Any], fp8_data_path: str | None
         get_backend().fp8_engine().check_inference_config(config)
     except Fp8EngineError as err:
         raise Fp8InferenceError(str(err)) from None
+    _record_dump_stats_path(quant, config["dump_stats_path"])
     return InferencePlan(mode, path, config)
+
+
+def _record_dump_stats_path(quant: bool | str | dict[str, Any], measurements: str) -> None:
+    """Write the measurement path of this step into the user's config (their dict, or their JSON file), as
+    lightning-habana did before handing it to Intel Neural Compressor: code that reads `dump_stats_path` back from its
+    config afterwards finds where the measurements are. hpu_nb itself never reads it back (every step takes the path
+    from its own fp8_data_path)."""
+    if isinstance(quant, bool):
+        return
+    if isinstance(quant, dict):
+        quant["dump_stats_path"] = measurements
+    elif isinstance(quant, (str, os.PathLike)):
+        patch_json_file(Path(quant), {"dump_stats_path": measurements})
+
+
+def patch_json_file(path: Path, patch: Mapping[str, Any]) -> None:
+    """Set `patch`'s entries in the JSON object stored at `path`, in place (read through the bounded reader; written
+    to a temporary file renamed over it, so a reader never sees half a file)."""
+    document = _read_json(path, "JSON file", made_by_measuring=False)
+    if not isinstance(document, dict):
+        raise Fp8InferenceError(f"{path} holds a JSON {type(document).__name__}, not an object: it cannot be patched.")
+    document.update(patch)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    temporary.replace(path)
 
 
 def _measurements_written_first(model: torch.nn.Module, config: Mapping[str, Any]) -> None:
@@ -355,7 +384,8 @@ def apply_inference(model: torch.nn.Module, plan: InferencePlan) -> torch.nn.Mod
                      " measuring process knew when the model was converted; quantize with the same devices and"
                      " launcher." if present else "")
             raise FileNotFoundError(
-                f"fp8 measurements {expected} do not exist.{where} Measure first, in another process: convert_modules("
+                f"Failed to load file {expected}: fp8 measurements {expected} do not exist.{where} Measure first, in"
+                " another process: convert_modules("
                 "model, inference=True, quant=False, fp8_data_path=...) then trainer.predict(...).")
         if engine.reads_measurements_itself:  # Intel Neural Compressor opens it: make sure it is a file it can read
             try:

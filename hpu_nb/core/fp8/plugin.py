@@ -34,7 +34,12 @@ if TYPE_CHECKING:
 else:
     PrecisionHost = object  # a base for the type checker only (as strategies/hosts.py): the plugin's Lightning base
 
-__all__ = ["HPUFp8Mixin", "finish_run_measurements", "measuring_modules"]
+__all__ = ["Fp8PrecisionRequired", "HPUFp8Mixin", "finish_run_measurements", "measuring_modules"]
+
+
+class Fp8PrecisionRequired(ValueError, AssertionError):
+    """convert_modules() on a plugin whose precision is not "fp8": a bad argument (ValueError); an AssertionError too,
+    the type lightning-habana raised (its `assert`), so its users' `pytest.raises(AssertionError)` still holds."""
 
 
 class HPUFp8Mixin(PrecisionHost):
@@ -86,8 +91,9 @@ class HPUFp8Mixin(PrecisionHost):
         Returns the model to train / predict with (the same object on the emulated Gaudi).
         """
         if self.precision != "fp8":
-            raise ValueError(
-                f"convert_modules() needs {type(self).__name__}(precision='fp8'), not {self.precision!r}."
+            raise Fp8PrecisionRequired(
+                f"{type(self).__name__}.convert_modules() should only be used with precision=`fp8`. This plugin's"
+                f" precision is {self.precision!r}: make it {type(self).__name__}(precision='fp8')."
             )
         if recipe is not None:
             self.recipe = recipe

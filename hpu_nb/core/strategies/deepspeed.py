@@ -108,7 +108,9 @@ class HPUDeepSpeedStrategy(HPUTrainerParallelMixin, DeepSpeedInferenceMixin, Dee
         if isinstance(config, dict):
             config = copy.deepcopy(config)  # Lightning fills in the config; keep the user's dict as it was
         elif isinstance(config, (str, Path)) and not os.path.exists(config):
-            raise MisconfigurationException(f"DeepSpeed config file {str(config)!r} does not exist.")
+            raise MisconfigurationException(  # lightning-habana's (and Lightning's) words first
+                f"You passed in a path to a DeepSpeed config but the path does not exist: DeepSpeed config file"
+                f" {str(config)!r} does not exist.")
         elif isinstance(config, (str, Path)):
             try:
                 config = json.loads(read_small_file(config, "DeepSpeed config file"))

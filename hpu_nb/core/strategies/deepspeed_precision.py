@@ -25,7 +25,7 @@ DEEPSPEED_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "fp8")
 EnginePrecision = Literal["32-true", "bf16-mixed", "bf16-true", "16-mixed"]  # Lightning's names: DeepSpeed runs one
 ENGINE_PRECISIONS: tuple[EnginePrecision, ...] = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
 # What DeepSpeed itself runs for a precision it has no name for: with "fp8", the fp8 layers run in fp8 autocast and
-# the rest in bf16 (as autocast_dtype("fp8")): DeepSpeed's bf16 section, bf16 inputs, as for "bf16-mixed".
+# the rest in bf16 because DeepSpeed's engine holds bf16 weights (its bf16 section, bf16 inputs, as for "bf16-mixed").
 ENGINE_PRECISION: dict[str, EnginePrecision] = {"fp8": "bf16-mixed"}
 
 

@@ -10,14 +10,17 @@ from lightning.fabric.utilities.distributed import _distributed_is_initialized
 from torch import Tensor
 from torch.distributed import ReduceOp
 
-__all__ = ["REDUCE_OPS", "hccl_reduce", "reduce_op_name"]
+__all__ = ["REDUCE_OPS", "SUPPORTED_REDUCE_OPS", "hccl_reduce", "reduce_op_name"]
 
 REDUCE_OPS = ("sum", "product", "min", "max", "mean")  # HCCL's (the bridge's hccl_kernels.cpp), mean = sum / size
+# HCCL's native reductions by name, in lightning-habana's order (its `supported_reduce_ops` had sum, min, max; HCCL
+# also multiplies, hcclProd, and hpu_nb accepts it). Mean is sum / world size, said apart in the error below.
+SUPPORTED_REDUCE_OPS = {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX, "product": ReduceOp.PRODUCT}
 
 
 def reduce_op_name(reduce_op: Any) -> str:
-    """'sum' | 'product' | 'min' | 'max' | 'mean' for a string or ReduceOp; a TypeError (as lightning-habana raised)
-    for what HCCL cannot do."""
+    """'sum' | 'product' | 'min' | 'max' | 'mean' for a string or ReduceOp; a TypeError for what HCCL cannot do, whose
+    message starts as lightning-habana's ("Unsupported ReduceOp <op>. Supported ops in HCCL are: sum, min, ...")."""
     if reduce_op is None:
         return "mean"
     if isinstance(reduce_op, str):
@@ -33,9 +36,10 @@ def reduce_op_name(reduce_op: Any) -> str:
                     return name
             except TypeError:
                 break
+    shown = reduce_op.strip().lower() if isinstance(reduce_op, str) else reduce_op
     raise TypeError(
-        f"reduce_op={reduce_op!r} is not supported on HPU: HCCL reduces with 'sum', 'product', 'min' or 'max', and"
-        " 'mean' (= sum / world size)."
+        f"Unsupported ReduceOp {shown}. Supported ops in HCCL are: {', '.join(SUPPORTED_REDUCE_OPS)}; and 'mean'"
+        f" (= sum / world size). reduce_op={reduce_op!r} is not supported on HPU."
     )
 
 

@@ -851,6 +851,25 @@ bool writes_host_tensor(const c10::Argument& argument, const c10::IValue& value)
   return false;
 }
 
+// Habana's addmm computes in the common dtype of self, mat1 and mat2 (the bridge's AddMMMeta promotes to common,
+// hpu_ops/backend/addmm_gen.cpp), where the CPU kernel refuses mixed dtypes: a bf16 activation left by an autocast
+// region, fed to an fp32 nn.Linear (2-D input with bias: aten::addmm), runs in fp32 on a Gaudi and here. Habana's mm
+// (MmMeta) refuses mixed dtypes as the CPU does: nothing to do there.
+void promote_addmm_operands(const c10::OperatorName& name, torch::jit::Stack* stack, size_t first) {
+  if (name.name != "aten::addmm" || !name.overload_name.empty()) return;
+  at::ScalarType common = at::ScalarType::Undefined;
+  for (size_t i = first; i < first + 3; ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !at::isFloatingType(v.toTensor().scalar_type())) return;
+    const at::ScalarType t = v.toTensor().scalar_type();
+    common = common == at::ScalarType::Undefined ? t : c10::promoteTypes(common, t);  // not dispatched: no profiler op
+  }
+  for (size_t i = first; i < first + 3; ++i) {
+    const at::Tensor t = (*stack)[i].toTensor();
+    if (t.scalar_type() != common) (*stack)[i] = t.to(common);
+  }
+}
+
 void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto num_args = schema.arguments().size();
@@ -871,6 +890,7 @@ void hpu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
               "Got a non-HPU tensor, expecting an HPU tensor (in ", schema.operator_name(),
               "): in lazy mode an hpu op takes CPU tensors as inputs, but the tensor it writes (self of an in-place ",
               "op, or out=) must be on hpu, as in Habana's lazy bridge. Move that tensor to hpu first.");
+  promote_addmm_operands(schema.operator_name(), stack, first);
   op.redispatchBoxed(kCPUKeys, stack);
   const auto num_returns = schema.returns().size();
   if (state.shape_only) {  // traced by torch.compile: only answers about shapes (see is_shape_only) come back
