@@ -328,9 +328,11 @@ def test_precision_plugin_uses_the_transformer_engine(te) -> None:
     with plugin.forward_context():
         state = te.fp8.FP8GlobalStateManager
         assert state.is_fp8_enabled() and state.get_fp8_recipe().margin == 2
-        assert torch.is_autocast_enabled("hpu")
+        assert not torch.is_autocast_enabled("hpu")  # lightning-habana's fp8: fp8_autocast only, the rest fp32
         out = model(torch.randn(2, 8))
-    assert out.dtype == torch.bfloat16
+    assert out.dtype == torch.bfloat16  # the fp8 layers' output, as Habana's
+    with HPUPrecisionPlugin("fp8", bf16_autocast=True).forward_context():  # the opt-in: bf16 autocast around them
+        assert te.fp8.FP8GlobalStateManager.is_fp8_enabled() and torch.is_autocast_enabled("hpu")
 
 
 def test_the_seed_fp8_training_example_runs_as_written(te) -> None:
