@@ -19,7 +19,15 @@ from hpu_nb.plan import Plan, PlanError, plan_batch_sizes
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.generations import GENERATIONS
 from tests.plan.measure import measured_peak
-from tests.plan.models import CNN, MLP, Transformer, TransformerConfig, analytic_flops, batches
+from tests.plan.models import (
+    CNN,
+    MLP,
+    CheckpointedTransformer,
+    Transformer,
+    TransformerConfig,
+    analytic_flops,
+    batches,
+)
 
 
 def _agrees(kind: str, model_class: type, precision: str) -> None:
@@ -81,6 +89,19 @@ def test_a_model_with_its_own_fp8_layers_comes_back_without_fake_tensors() -> No
     trainer.fit(model, torch.utils.data.DataLoader([batches("mlp", 4)] * 2, batch_size=None))
     # it trained in fp8, eagerly: the second step folded the first one's amaxes into the history and rescaled
     assert all(int(layer.steps) == 1 and not torch.equal(layer.scale.cpu(), torch.ones(3)) for layer in layers)
+
+
+def test_activation_checkpointing_is_planned_as_the_card_holds_it() -> None:
+    """Blocks re-run in backward (torch.utils.checkpoint, non-reentrant, early stop): the recomputed tensors are counted
+    while they live, as on the card, whenever Python's garbage collector runs."""
+    batch = batches("transformer", 16)
+    gc.disable()  # the plan must not depend on when gc runs: nothing it counts may wait for it
+    try:
+        planned = hpu_nb.plan(CheckpointedTransformer(), batch, precision="bf16-mixed")
+    finally:
+        gc.enable()
+    measured = measured_peak(CheckpointedTransformer(), batch, precision="bf16-mixed")
+    assert 0.99 <= planned.peak_bytes / measured <= 1.01, (planned.breakdown, measured)
 
 
 def test_planning_never_touches_the_cards_memory_counters() -> None:
@@ -269,11 +290,14 @@ def test_a_trainer_config_is_planned_from_its_trainer_kwargs() -> None:
 
 def test_tripwire_the_private_pieces_the_plan_leans_on() -> None:
     """Fails loudly when a torch or Lightning upgrade moves what hpu_nb.plan uses: Lightning's optimizer normaliser
-    (_configure_optimizers) and MemTracker's peak bookkeeping (_update_peak_stats, _curr_mem_snap, _peak_mem_snap)."""
+    (_configure_optimizers), MemTracker's peak bookkeeping (_update_peak_stats, _curr_mem_snap, _peak_mem_snap,
+    _update_and_maybe_create_winfos) and FlopCounterMode's module tracker (mod_tracker: the step's total reads its
+    parents)."""
     import inspect
 
     from lightning.pytorch.core.optimizer import _configure_optimizers
     from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+    from torch.utils.flop_counter import FlopCounterMode
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     assert _configure_optimizers({"optimizer": optimizer})[0] == [optimizer]
@@ -281,3 +305,8 @@ def test_tripwire_the_private_pieces_the_plan_leans_on() -> None:
     source = inspect.getsource(MemTracker._update_peak_stats)
     assert "_curr_mem_snap" in source and "_peak_mem_snap" in source and "_peak_mem" in source
     assert _TOTAL_KEY == "Total"
+    winfos = inspect.signature(MemTracker._update_and_maybe_create_winfos)
+    assert list(winfos.parameters)[:3] == ["self", "t", "reftype"]
+    assert hasattr(FlopCounterMode(display=False), "mod_tracker")
+    assert "self.mod_tracker.parents" in inspect.getsource(FlopCounterMode._count_flops)
+    assert "self.mod_tracker.__enter__()" in inspect.getsource(FlopCounterMode.__enter__)
