@@ -272,6 +272,11 @@ def plan(
         raise ValueError(f"mfu must be (low, high) with 0 < low <= high <= 1, got {mfu!r}.")
     notes = _trainer_kwargs_notes(trainer_kwargs)
     sharding = strategy_model(strategy, devices, num_nodes)
+    if sharding.kind == "fsdp":  # the run would refuse it (fp8 is not among FSDP's precisions): so does the plan
+        from hpu_nb.core.strategy_parts.fsdp import fsdp_issues  # noqa: PLC0415 -- lazy: Lightning
+
+        for issue in fsdp_issues(precision=unified):
+            raise ValueError(f"precision={precision!r} cannot be planned with strategy={strategy!r}: {issue.message}")
     one_batch = first_batch(batch)
     size = batch_size if batch_size is not None else batch_size_of(one_batch)
 

@@ -257,6 +257,8 @@ def test_bad_arguments_are_named() -> None:
         hpu_nb.plan(MLP(), batches("mlp", 4), precision="64")
     with pytest.raises(ValueError, match="fp8"):
         hpu_nb.plan(MLP(), batches("mlp", 4), precision="fp8", generation="gaudi")
+    with pytest.raises(ValueError, match="fp8 is not available with the fsdp strategy"):
+        hpu_nb.plan(MLP(), batches("mlp", 4), precision="fp8", devices=2, strategy="fsdp")
     with pytest.raises(ValueError, match="strategy"):
         hpu_nb.plan(MLP(), batches("mlp", 4), strategy="megatron")
     with pytest.raises(TypeError, match="check_val_every_n_epoch"):
