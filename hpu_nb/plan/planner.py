@@ -272,6 +272,11 @@ def plan(
         raise ValueError(f"mfu must be (low, high) with 0 < low <= high <= 1, got {mfu!r}.")
     notes = _trainer_kwargs_notes(trainer_kwargs)
     sharding = strategy_model(strategy, devices, num_nodes)
+    if sharding.kind == "fsdp":  # the run would refuse it (fp8 is not among FSDP's precisions): so does the plan
+        from hpu_nb.core.strategy_parts.fsdp import fsdp_issues  # noqa: PLC0415 -- lazy: Lightning
+
+        for issue in fsdp_issues(precision=unified):
+            raise ValueError(f"precision={precision!r} cannot be planned with strategy={strategy!r}: {issue.message}")
     one_batch = first_batch(batch)
     size = batch_size if batch_size is not None else batch_size_of(one_batch)
 
@@ -324,7 +329,8 @@ def _trainer_kwargs_notes(trainer_kwargs: dict[str, Any]) -> list[str]:
 
 def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel, precision: str, gen: Generation,
                mfu: tuple[float, float], notes: list[str], devices: int, num_nodes: int) -> Plan:
-    from hpu_nb.core.mixed_precision import autocast_context  # noqa: PLC0415 -- lazy: torch, Lightning
+    from hpu_nb.core.fp8 import fp8_autocast  # noqa: PLC0415 -- lazy: torch, Lightning
+    from hpu_nb.core.mixed_precision import autocast_context  # noqa: PLC0415
     from hpu_nb.runtime import get_backend  # noqa: PLC0415
 
     device = get_backend().root_device()
@@ -337,22 +343,29 @@ def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel,
         context = "32-true"  # no autocast: the weights themselves are 2-byte
 
     def forward() -> contextlib.AbstractContextManager[Any]:
+        if precision == "fp8" and sharding.kind == "deepspeed":  # bf16 weights: fp8 autocast without bf16 autocast
+            return fp8_autocast(enabled=True)
         return autocast_context(context)
 
     notes = list(notes)
+    prepare: Callable[[nn.Module], nn.Module] | None = None
     if precision == "fp8":
-        # The fp8 layers keep their scales as host values (a Gaudi reads amax back each step; so does the emulated
-        # engine), which fake tensors have no value for: the step is traced with bf16 autocast, as fp8 runs every
-        # op outside its fp8 layers; the fp8 layers' own casts and scale history are not in the trace.
-        context = "32-true" if sharding.kind == "deepspeed" else "bf16-mixed"  # DeepSpeed: bf16 weights, no autocast
-        notes.append("fp8: traced as bf16-mixed (fp8 layers read their scaling factors as host values, which fake "
-                     "tensors do not have); the fp8 layers' casts and scale history are not counted.")
+        # As HPUPrecisionPlugin("fp8", replace_layers=True): nn.Linear swapped for the device's fp8 layers before the
+        # optimizers are made, the step under fp8 autocast (and bf16 autocast; DeepSpeed: bf16 weights instead).
+        # On fake tensors the fp8 layers read no scale or amax and allocate as Habana's transformer engine holds fp8
+        # (hpu_nb.emulator.fp8.training's module doc says what that is and where the emulated card differs).
+        prepare = _with_fp8_layers
+        notes.append("fp8: nn.Linear layers traced as fp8 layers holding what a Gaudi's transformer engine holds "
+                     "(1-byte fp8 copies of their inputs, weights and gradients saved for backward, bfloat16 outputs); "
+                     "the emulated card keeps float32 copies and reuses work tensors between steps, so it measures "
+                     "more (benchmarks/bench_plan.py prints both). Their delayed-scaling history is counted as "
+                     "buffers; its per-step update (a few bytes) is not traced.")
     trace = trace_step(model, batch, device=device, forward_context=forward, scale_loss=precision == "16-mixed",
-                       param_dtype=param_dtype, batch_size=size)
+                       param_dtype=param_dtype, prepare=prepare, batch_size=size)
     compute_bytes = 4 if precision == "32-true" else 2
     breakdown, host, method = per_card(trace, sharding, compute_bytes)
     if precision == "fp8":
-        method += "; fp8 traced as bf16-mixed (the fp8 layers' own buffers are not counted)"
+        method += "; fp8 layers with a Gaudi's 1-byte operands"
     breakdown = {key: int(breakdown.get(key, 0)) for key in BREAKDOWN_KEYS}
     communication = _communication_bytes(sharding, trace, compute_bytes)
     all_notes = [
@@ -372,6 +385,13 @@ def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel,
         step_time_s=step_time_range(gen, precision, trace.flops, trace.traffic_bytes, communication, mfu),
         mfu_band=mfu, method=method, notes=all_notes,
     )
+
+
+def _with_fp8_layers(module: nn.Module) -> nn.Module:
+    """The model as HPUPrecisionPlugin("fp8", replace_layers=True) trains it: nn.Linear swapped for fp8 layers."""
+    from hpu_nb.core.fp8 import convert_modules  # noqa: PLC0415 -- lazy: Lightning
+
+    return convert_modules(module, replace_layers=True)
 
 
 def generations() -> dict[str, Generation]:

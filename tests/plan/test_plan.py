@@ -8,14 +8,26 @@ import gc
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch import Trainer
+from torch._subclasses.fake_tensor import is_fake
 from typing_extensions import override
 
 import hpu_nb
+from hpu_nb.core.fp8 import convert_modules
+from hpu_nb.emulator.fp8.training import fp8_traced_layout
 from hpu_nb.plan import Plan, PlanError, plan_batch_sizes
 from hpu_nb.runtime import get_backend
 from hpu_nb.runtime.generations import GENERATIONS
 from tests.plan.measure import measured_peak
-from tests.plan.models import CNN, MLP, Transformer, TransformerConfig, analytic_flops, batches
+from tests.plan.models import (
+    CNN,
+    MLP,
+    CheckpointedTransformer,
+    Transformer,
+    TransformerConfig,
+    analytic_flops,
+    batches,
+)
 
 
 def _agrees(kind: str, model_class: type, precision: str) -> None:
@@ -34,6 +46,62 @@ def test_planned_peak_matches_the_emulated_cards_max_in_use(kind: str, model_cla
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
 def test_planned_transformer_peak_matches_the_emulated_cards_max_in_use(precision: str) -> None:
     _agrees("transformer", Transformer, precision)
+
+
+@pytest.mark.parametrize(("kind", "model_class"), [("mlp", MLP), ("transformer", Transformer)])
+def test_fp8_traced_as_the_emulated_card_holds_it_matches_its_max_in_use(kind: str, model_class: type) -> None:
+    """The fp8 layers run on fake tensors (no scale or amax read): in the emulated card's layout the trace counts what
+    the card allocates for fp8 (float32 operands, reused work tensors, the scaling state), byte for byte but for the
+    allocator's few bytes of constants."""
+    batch = batches(kind, 16)
+    with fp8_traced_layout("emulated"):
+        planned = hpu_nb.plan(model_class(), batch, precision="fp8")
+    gc.collect()
+    measured = measured_peak(model_class(), batch, precision="fp8")
+    assert 0.999 <= planned.peak_bytes / measured <= 1.001, (planned.breakdown, measured)
+
+
+def test_an_fp8_plan_counts_a_gaudis_one_byte_operands_and_the_fp8_gemms() -> None:
+    """By default a plan counts what a Gaudi holds: 1-byte fp8 copies saved for backward where the emulated card keeps
+    float32 ones, so less than the emulated layout; the fp8 GEMMs do the work the bf16 ones do; the notes say so."""
+    batch = batches("transformer", 16)
+    gaudi = hpu_nb.plan(Transformer(), batch, precision="fp8")
+    with fp8_traced_layout("emulated"):
+        emulated = hpu_nb.plan(Transformer(), batch, precision="fp8")
+    bf16 = hpu_nb.plan(Transformer(), batch, precision="bf16-mixed")
+    assert gaudi.peak_bytes < emulated.peak_bytes
+    assert gaudi.breakdown["activations"] < bf16.breakdown["activations"]  # 1-byte saved operands, not 2-byte ones
+    assert gaudi.flops_per_step == bf16.flops_per_step
+    assert any("1-byte fp8" in note for note in gaudi.notes)
+
+
+def test_a_model_with_its_own_fp8_layers_comes_back_without_fake_tensors() -> None:
+    model = MLP()
+    convert_modules(model, replace_layers=True)
+    hpu_nb.plan(model, batches("mlp", 4), precision="fp8")
+    layers = [m for m in model.modules() if hasattr(m, "amax_history")]
+    assert layers
+    for layer in layers:
+        assert "_traced_work" not in layer.__dict__
+        assert not any(is_fake(t) for t in [*layer.parameters(), *layer.buffers()])
+    trainer = Trainer(accelerator="hpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, plugins=[hpu_nb.HPUPrecisionPlugin("fp8")])
+    trainer.fit(model, torch.utils.data.DataLoader([batches("mlp", 4)] * 2, batch_size=None))
+    # it trained in fp8, eagerly: the second step folded the first one's amaxes into the history and rescaled
+    assert all(int(layer.steps) == 1 and not torch.equal(layer.scale.cpu(), torch.ones(3)) for layer in layers)
+
+
+def test_activation_checkpointing_is_planned_as_the_card_holds_it() -> None:
+    """Blocks re-run in backward (torch.utils.checkpoint, non-reentrant, early stop): the recomputed tensors are counted
+    while they live, as on the card, whenever Python's garbage collector runs."""
+    batch = batches("transformer", 16)
+    gc.disable()  # the plan must not depend on when gc runs: nothing it counts may wait for it
+    try:
+        planned = hpu_nb.plan(CheckpointedTransformer(), batch, precision="bf16-mixed")
+    finally:
+        gc.enable()
+    measured = measured_peak(CheckpointedTransformer(), batch, precision="bf16-mixed")
+    assert 0.99 <= planned.peak_bytes / measured <= 1.01, (planned.breakdown, measured)
 
 
 def test_planning_never_touches_the_cards_memory_counters() -> None:
@@ -189,6 +257,8 @@ def test_bad_arguments_are_named() -> None:
         hpu_nb.plan(MLP(), batches("mlp", 4), precision="64")
     with pytest.raises(ValueError, match="fp8"):
         hpu_nb.plan(MLP(), batches("mlp", 4), precision="fp8", generation="gaudi")
+    with pytest.raises(ValueError, match="fp8 is not available with the fsdp strategy"):
+        hpu_nb.plan(MLP(), batches("mlp", 4), precision="fp8", devices=2, strategy="fsdp")
     with pytest.raises(ValueError, match="strategy"):
         hpu_nb.plan(MLP(), batches("mlp", 4), strategy="megatron")
     with pytest.raises(TypeError, match="check_val_every_n_epoch"):
@@ -222,11 +292,14 @@ def test_a_trainer_config_is_planned_from_its_trainer_kwargs() -> None:
 
 def test_tripwire_the_private_pieces_the_plan_leans_on() -> None:
     """Fails loudly when a torch or Lightning upgrade moves what hpu_nb.plan uses: Lightning's optimizer normaliser
-    (_configure_optimizers) and MemTracker's peak bookkeeping (_update_peak_stats, _curr_mem_snap, _peak_mem_snap)."""
+    (_configure_optimizers), MemTracker's peak bookkeeping (_update_peak_stats, _curr_mem_snap, _peak_mem_snap,
+    _update_and_maybe_create_winfos) and FlopCounterMode's module tracker (mod_tracker: the step's total reads its
+    parents)."""
     import inspect
 
     from lightning.pytorch.core.optimizer import _configure_optimizers
     from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
+    from torch.utils.flop_counter import FlopCounterMode
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     assert _configure_optimizers({"optimizer": optimizer})[0] == [optimizer]
@@ -234,3 +307,8 @@ def test_tripwire_the_private_pieces_the_plan_leans_on() -> None:
     source = inspect.getsource(MemTracker._update_peak_stats)
     assert "_curr_mem_snap" in source and "_peak_mem_snap" in source and "_peak_mem" in source
     assert _TOTAL_KEY == "Total"
+    winfos = inspect.signature(MemTracker._update_and_maybe_create_winfos)
+    assert list(winfos.parameters)[:3] == ["self", "t", "reftype"]
+    assert hasattr(FlopCounterMode(display=False), "mod_tracker")
+    assert "self.mod_tracker.parents" in inspect.getsource(FlopCounterMode._count_flops)
+    assert "self.mod_tracker.__enter__()" in inspect.getsource(FlopCounterMode.__enter__)

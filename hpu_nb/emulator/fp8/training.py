@@ -9,16 +9,25 @@ fp8 modules do. The fp8 values are held in float32 (numerics.round_to_fp8_grid: 
 on a CPU; one C++ pass with the amax where the emulated device's library has it), so the saved activations take
 4 bytes a value where a Gaudi keeps 1; large work tensors are reused from step to step. Outside fp8 it is a plain
 linear.
+
+On fake tensors (hpu_nb.plan traces the step under FakeTensorMode) there are no values: no amax is taken, no scale is
+read to the host and the delayed-scaling history is not rolled; the layer allocates, op for op, what the layout of
+`Fp8State.traced_layout` holds: "gaudi" (the default: a plan for a Gaudi counts a Gaudi's bytes) models Habana's
+transformer engine (an adaptation of NVIDIA TE 1.x's Linear: cast_to_fp8 writes 1-byte fp8 copies of the input, the
+weight and the incoming gradient, the fp8 GEMM writes the bfloat16 output, dgrad in the input's dtype and wgrad in the
+weight's directly); "emulated" allocates what this module's eager path does (float32 fp8-valued copies, float32 GEMM
+outputs cast afterwards, work tensors kept between steps), so the trace can be checked against the emulated card.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 from hpu_nb.emulator.fp8.numerics import (
     amax_value,
@@ -44,6 +53,9 @@ class Fp8State:
     calibrating = False
     recipe: Any = None  # the recipe object the region was given (te's DelayedScaling, hpu_nb's, or a dict)
     depth = 0
+    # Whose bytes fp8 layers allocate on fake tensors (a plan's trace): "gaudi" (Habana's transformer engine: 1-byte fp8
+    # operands) or "emulated" (this emulation's eager path: float32 operands, reused work tensors). See the module doc.
+    traced_layout = "gaudi"
     _converted: tuple[Any, DelayedScaling | None] = (None, None)
 
     @classmethod
@@ -58,6 +70,7 @@ class Fp8State:
     @classmethod
     def reset(cls) -> None:
         cls.enabled, cls.calibrating, cls.recipe, cls.depth = False, False, None, 0
+        cls.traced_layout = "gaudi"
         cls._converted = (None, None)
 
 
@@ -95,6 +108,23 @@ def fp8_enabled() -> bool:
 def active_recipe() -> DelayedScaling | None:
     """The recipe of the enclosing fp8 region as hpu_nb's DelayedScaling, None outside any region."""
     return Fp8State.hpu_nb_recipe() if Fp8State.recipe is not None else None
+
+
+TRACED_LAYOUTS = ("gaudi", "emulated")
+
+
+@contextlib.contextmanager
+def fp8_traced_layout(layout: str) -> Iterator[None]:
+    """Inside the block, fp8 layers traced on fake tensors allocate as `layout` holds fp8 ("gaudi": Habana's
+    transformer engine, the default; "emulated": this emulation's eager path, what the emulated card measures)."""
+    if layout not in TRACED_LAYOUTS:
+        raise ValueError(f"layout={layout!r}: choose one of {TRACED_LAYOUTS}.")
+    previous = Fp8State.traced_layout
+    Fp8State.traced_layout = layout
+    try:
+        yield
+    finally:
+        Fp8State.traced_layout = previous
 
 
 @contextlib.contextmanager
@@ -164,6 +194,87 @@ class _Fp8Matmul(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None
 
 
+class _TracedFp8Matmul(torch.autograd.Function):
+    """_Fp8Matmul's allocations on fake tensors (see the module doc): the same shapes, dtypes and lifetimes as the
+    layout of Fp8State.traced_layout, the same GEMMs (so FlopCounterMode counts them); the scales stay tensors and no
+    value is read."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layer: Fp8Linear,
+        recipe: DelayedScaling,
+    ) -> torch.Tensor:
+        gaudi = Fp8State.traced_layout == "gaudi"
+        fwd = recipe.fp8_format.forward_dtype
+        x2 = x.reshape(-1, x.shape[-1])
+        with torch.autocast(x.device.type, enabled=False):
+            if gaudi:  # cast_to_fp8 of input and weight, one fp8 GEMM writing bfloat16 with the bias fused
+                xq, wq = x2.to(fwd), weight.to(fwd)
+                inverse = layer.scale.reciprocal()
+                out = torch._scaled_mm(xq, wq.t(), scale_a=inverse[INPUT], scale_b=inverse[WEIGHT],
+                                       out_dtype=OUT_DTYPE)
+                if bias is not None:
+                    out.add_(bias)
+            else:  # as _Fp8Matmul.forward: float32 operands from the layer's buffers, a float32 GEMM, then the cast
+                xq, wq = layer._traced_operand("x", x2), layer._traced_operand("w", weight)
+                out = torch.addmm(bias.float(), xq, wq.t()) if bias is not None else torch.mm(xq, wq.t())
+                out = out.to(OUT_DTYPE)
+        if any(ctx.needs_input_grad):
+            ctx.save_for_backward(xq, wq)
+        elif not gaudi:
+            layer._give_back("x", xq)
+            layer._give_back("w", wq)
+        ctx.layer, ctx.recipe, ctx.gaudi, ctx.has_bias = layer, recipe, gaudi, bias is not None
+        ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
+        ctx.b_dtype = bias.dtype if bias is not None else None
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:  # type: ignore[override]
+        xq, wq = ctx.saved_tensors
+        layer: Fp8Linear = ctx.layer
+        g2 = grad_out.reshape(-1, grad_out.shape[-1])
+        grad_x = grad_w = grad_b = None
+        with torch.autocast(grad_out.device.type, enabled=False):
+            if ctx.gaudi:  # cast_to_fp8 of the gradient (E5M2), dgrad / wgrad GEMMs in their own dtypes
+                gq = g2.to(ctx.recipe.fp8_format.backward_dtype)
+                inverse = layer.scale.reciprocal()
+                if ctx.needs_input_grad[0]:
+                    grad_x = torch._scaled_mm(gq, wq, scale_a=inverse[GRAD], scale_b=inverse[WEIGHT],
+                                              out_dtype=ctx.x_dtype).reshape(ctx.x_shape)
+                if ctx.needs_input_grad[1]:
+                    grad_w = torch._scaled_mm(gq.t(), xq, scale_a=inverse[GRAD], scale_b=inverse[INPUT],
+                                              out_dtype=ctx.w_dtype)
+                if ctx.has_bias and ctx.needs_input_grad[2]:
+                    grad_b = g2.sum(0).to(ctx.b_dtype)
+            else:  # as _Fp8Matmul.backward
+                gq = layer._scratch_for("gq", g2)
+                if not fused_rounding_applies(g2):
+                    layer._scratch_for("g", g2)
+                if ctx.needs_input_grad[0]:
+                    grad_x = torch.mm(gq, wq).to(ctx.x_dtype).reshape(ctx.x_shape)
+                if ctx.needs_input_grad[1]:
+                    grad_w = torch.mm(gq.t(), xq).to(ctx.w_dtype)
+                if ctx.has_bias and ctx.needs_input_grad[2]:
+                    grad_b = g2.float().sum(0).to(ctx.b_dtype)
+                layer._give_back("x", xq)
+                layer._give_back("w", wq)
+        return grad_x, grad_w, grad_b, None, None
+
+
+class _WorkTensors(NamedTuple):
+    """An Fp8Linear's reused float32 tensors (allocating large ones anew each step costs faulting in their pages):
+    work space by role, and, by role, fp8-valued operands whose backward is done. A named tuple of containers, so
+    torch's pytree (and a plan's count of what a module holds between steps) sees the tensors."""
+
+    scratch: dict[str, torch.Tensor]
+    free: dict[str, list[torch.Tensor]]
+
+    @classmethod
+    def empty(cls) -> _WorkTensors:
+        return cls({}, {})
+
+
 class Fp8Linear(torch.nn.Module):
     """A linear layer with emulated fp8 matmuls inside an fp8 region; plain linear outside one.
 
@@ -190,10 +301,7 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("scale", torch.ones(3, device=device))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long, device=device))
         self._pending: list[list[float]] = [[], [], []]  # this step's amaxes, folded in on the next step
-        # Reused float32 tensors (allocating large ones anew each step costs faulting in their pages): work space by
-        # role, and, by role, fp8-valued operands whose backward is done.
-        self._scratch: dict[str, torch.Tensor] = {}
-        self._buffers_free: dict[str, list[torch.Tensor]] = {}
+        self._work = _WorkTensors.empty()
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any = None) -> Fp8Linear:
@@ -211,18 +319,29 @@ class Fp8Linear(torch.nn.Module):
         need = self.training if need_amax is None else need_amax
         return quantize_with_amax(x, scale, dtype, need_amax=need, scratch=scratch, out=out)
 
+    def _work_for(self, like: torch.Tensor) -> _WorkTensors:
+        """The work tensors for `like`'s kind: a trace on fake tensors keeps its own (set as a new attribute, which the
+        planner removes afterwards), never mixed with real ones."""
+        if not is_fake(like):
+            return self._work
+        traced = self.__dict__.get("_traced_work")
+        if traced is None:
+            traced = self._traced_work = _WorkTensors.empty()
+        return traced
+
     def _scratch_for(self, role: str, like: torch.Tensor) -> torch.Tensor:
         """A float32 work tensor shaped like `like`, kept between steps (it never leaves this layer's computation)."""
-        scratch = self._scratch.get(role)
+        work = self._work_for(like)
+        scratch = work.scratch.get(role)
         if scratch is None or scratch.shape != like.shape or scratch.device != like.device:
-            scratch = self._scratch[role] = torch.empty(like.shape, dtype=torch.float32, device=like.device)
+            scratch = work.scratch[role] = torch.empty(like.shape, dtype=torch.float32, device=like.device)
         return scratch
 
     def _take_buffer(self, role: str, like: torch.Tensor) -> torch.Tensor | None:
         """A float32 tensor shaped like `like` whose last backward is done (None: allocate one). Were a retained
         graph's backward run again after this reuse, autograd would refuse it (a saved tensor changed), never compute
         with the new values."""
-        free = self._buffers_free.get(role, [])
+        free = self._work_for(like).free.get(role, [])
         while free:
             buffer = free.pop()
             if buffer.shape == like.shape and buffer.device == like.device:
@@ -230,9 +349,19 @@ class Fp8Linear(torch.nn.Module):
         return None
 
     def _give_back(self, role: str, buffer: torch.Tensor) -> None:
-        free = self._buffers_free.setdefault(role, [])
+        free = self._work_for(buffer).free.setdefault(role, [])
         if len(free) < 2:
             free.append(buffer)
+
+    def _traced_operand(self, role: str, x: torch.Tensor) -> torch.Tensor:
+        """What _quantize(role, x, ..., out=_take_buffer(role, x)) allocates, on fake tensors: the float32 operand
+        (a buffer given back, else a new one) and, where the one-pass kernel does not run, the work tensor."""
+        out = self._take_buffer(role, x)
+        if not fused_rounding_applies(x):
+            self._scratch_for(role, x)
+        if out is None or not out.is_contiguous():
+            out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        return out
 
     def _fit_history(self, length: int) -> None:
         """Keep `length` rows of amax history (the region's recipe may ask for another length than the layer has)."""
@@ -263,13 +392,17 @@ class Fp8Linear(torch.nn.Module):
                 self.scale.copy_(torch.tensor(new, dtype=self.scale.dtype))
 
     def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        traced = is_fake(x) or is_fake(weight)  # a plan's trace: no values to read (see the module doc)
         if not Fp8State.enabled:
-            if Fp8State.calibrating and self.training:  # te's calibration: statistics from a higher-precision run
+            # te's calibration: statistics from a higher-precision run (none on fake tensors)
+            if Fp8State.calibrating and self.training and not traced:
                 self._roll_history(self.recipe or Fp8State.hpu_nb_recipe())
                 self._record(INPUT, amax_value(x))
                 self._record(WEIGHT, amax_value(weight))
             return F.linear(x, weight, bias)
         recipe = self.recipe or Fp8State.hpu_nb_recipe()
+        if traced:
+            return _TracedFp8Matmul.apply(x, weight, bias, self, recipe)
         if self.training:
             self._roll_history(recipe)
         return _Fp8Matmul.apply(x, weight, bias, self, recipe)
@@ -285,5 +418,5 @@ class Fp8Linear(torch.nn.Module):
         return text
 
 
-__all__ = ["Fp8Linear", "Fp8State", "active_recipe", "emulated_fp8_autocast", "fp8_enabled", "fp8_region",
-           "fp8_support"]
+__all__ = ["TRACED_LAYOUTS", "Fp8Linear", "Fp8State", "active_recipe", "emulated_fp8_autocast", "fp8_enabled",
+           "fp8_region", "fp8_support", "fp8_traced_layout"]
