@@ -106,7 +106,7 @@ class LivePlanner:
             try:
                 result = plan(self._model, self._batch, **kwargs_of())
                 text, state, error = verdict_text(result), "done", None
-            except Exception as exc:  # noqa: BLE001 -- any planning error is the message shown, never the form's
+            except Exception as exc:  # any planning error is the message shown, never the form's
                 error = f"{type(exc).__name__}: {exc}"
                 text, state = f"Plan (estimate): cannot plan this configuration: {error}", "error"
             with self._lock:

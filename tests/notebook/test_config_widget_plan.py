@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from typing_extensions import override
 
 import hpu_nb
 from hpu_nb.notebook.config_widget import TrainerConfigWidget
@@ -20,7 +21,8 @@ WAIT_S = 300  # generous: the machine is shared
 class _ReadsAValue(MLP):
     """A step fake tensors cannot run: it reads the loss's value."""
 
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+    @override
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = super().training_step(batch, batch_idx)
         if loss.item() > 1e9:
             raise AssertionError("unreachable")
