@@ -5,7 +5,9 @@ the form's. Driven from Python through the widgets' own controls (no browser).""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+import pytest
 import torch
 from typing_extensions import override
 
@@ -93,3 +95,24 @@ def test_the_verdict_says_when_the_peak_does_not_fit_or_eats_the_margin() -> Non
     assert verdict_text(over).endswith("does not fit (over by 3.00 GiB)")
     tight = dataclasses.replace(planned, breakdown={"activations": int(hbm * 0.95)})
     assert "fits only without the 10% margin" in verdict_text(tight)
+
+
+def test_a_burst_of_clicks_plans_once_for_the_last_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hpu_nb.notebook.plan_verdict as plan_verdict
+
+    widget = TrainerConfigWidget(model=MLP(), batch=batches("mlp", 4))
+    widget.wait_for_plan(WAIT_S)
+    widget._planner._debounce_s = 2.0  # a quiet time no burst of four assignments outlasts, however loaded the box
+    planned: list[dict] = []
+
+    def counted(model: Any, batch: Any, **kwargs: Any) -> Any:  # the real planner, counted
+        planned.append(kwargs)
+        return hpu_nb.plan(model, batch, **kwargs)
+
+    monkeypatch.setattr(plan_verdict, "plan", counted)
+    for devices in (2, 3, 4, 8):
+        widget.controls["devices"].value = devices
+        assert widget.plan_state == "planning"
+    widget.wait_for_plan(WAIT_S)
+    assert [kwargs["devices"] for kwargs in planned] == [8]
+    assert "on 8 × " in widget.plan_verdict
