@@ -11,10 +11,11 @@ from torch.utils.data import DataLoader
 
 import hpu_nb
 from hpu_nb.notebook.memory.history import BATCHES, SECONDS, STAGE
-from hpu_nb.notebook.memory.planned import MFU_LABEL, PLANNED_LABEL
+from hpu_nb.notebook.memory.planned import MFU_LABEL, PLANNED_LABEL, plan_reference
 from hpu_nb.notebook.memory.summary import TrainingSummary
 from hpu_nb.notebook.memory_monitor import MemoryMonitor
 from hpu_nb.runtime.env import format_bytes
+from hpu_nb.runtime.generations import GENERATIONS
 from tests.helpers.models import quiet_trainer_kwargs
 from tests.plan.measure import _Repeat
 from tests.plan.models import MLP, batches
@@ -54,6 +55,14 @@ def test_a_fit_with_a_plan_shows_its_predicted_peak_and_the_mfu_of_the_measured_
     live = monitor.chart.planned
     assert live["peak"] == planned.peak_bytes and live["mfu_label"] == MFU_LABEL
     assert live["mfu"] == pytest.approx(expected, rel=1e-12)
+    assert "the plan is for" not in text
+
+    # a plan for another generation than the card's: its MFU divides by that generation's peak, and says so
+    monitor.plan_reference = plan_reference(hpu_nb.plan.with_generation(planned, "gaudi3"))
+    other = TrainingSummary(monitor)
+    gaudi3_peak = GENERATIONS["gaudi3"].peak_flops("bf16-mixed")
+    assert other.mfu()[0] == pytest.approx(planned.flops_per_step / step / gaudi3_peak, rel=1e-12)
+    assert "(the plan is for Gaudi3, the run is on Gaudi2" in other.text()
 
 
 def test_without_a_plan_nothing_new_and_a_wrong_plan_is_refused_by_name() -> None:

@@ -24,6 +24,7 @@ from hpu_nb.notebook.memory.history import (
 from hpu_nb.notebook.memory.planned import MFU_LABEL, PLANNED_LABEL, PlanReference
 from hpu_nb.notebook.memory.svg import SvgPlot, rank_style
 from hpu_nb.runtime.env import format_bytes
+from hpu_nb.runtime.generations import generation_from_name
 
 
 class MonitorState(Protocol):
@@ -125,6 +126,10 @@ class TrainingSummary:
             lines.append(f"{MFU_LABEL}: {100 * value:.3g}% = {planned.flops_per_step:.4g} FLOPs per step / "
                          f"{step * 1e3:.4g} ms median measured step time / {planned.peak_flops:.4g} FLOP/s peak "
                          f"({planned.generation}, {planned.precision}){measured}")
+        running = _generation_of(self.device_label)
+        if running is not None and running != planned.generation:
+            lines.append(f"(the plan is for {planned.generation}, the run is on {running}: the planned peak and the "
+                         f"MFU's peak FLOP/s are {planned.generation}'s; plan with generation= for this card)")
         return lines
 
     def lines(self) -> list[str]:
@@ -292,6 +297,14 @@ class TrainingSummary:
         charts = self.memory_svg() + ("<br>" + training if training else "")
         return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
                 f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
+
+
+def _generation_of(device_label: str) -> str | None:
+    """The generation label ("Gaudi2") of a monitor's device label ("GAUDI2 (emulated)"), None if it names none."""
+    try:
+        return generation_from_name(device_label.split()[0]).label if device_label.strip() else None
+    except ValueError:
+        return None
 
 
 def robust_top(ordered: list[float]) -> float:
