@@ -21,7 +21,7 @@ Out of memory: the figures of the chart, the message and the counter table all c
 read from the error itself (its `in_use` / `requested` / `limit` attributes, else its message).
 
 This module holds the callback; its parts live in hpu_nb.notebook.memory (history, packing, oom, chart_widget, summary,
-svg, relay) and their names stay importable from here.
+svg, relay, planned) and their names stay importable from here.
 """
 
 from __future__ import annotations
