@@ -14,6 +14,8 @@ date as the form changes), which is what a saved notebook shows without a kernel
 from __future__ import annotations
 
 import html
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,11 @@ class TrainerConfigWidget(w.VBox):
         """Say, as the form changes, whether training `model` on `batch` (one per-card batch, a DataLoader or a
         LightningDataModule) fits the chosen Gaudi: `hpu_nb.plan` of a copy of the model, an estimate. Returns self."""
         self._planner = LivePlanner(model, batch, self._show_plan)
+        shell = get_ipython()
+        if shell is not None:  # plans run between cells only (plan_verdict: the trace's hooks are process-wide)
+            planner = weakref.ref(self._planner)
+            for event, method in (("pre_run_cell", "pause"), ("post_run_cell", "resume")):
+                shell.events.register(event, _weak_call(planner, method))
         if self._plan_box not in self.children:
             self.children = (*self.children, self._plan_box)
         self._request_plan()
@@ -267,6 +274,15 @@ class TrainerConfigWidget(w.VBox):
 
     def __repr__(self) -> str:
         return self._text()
+
+
+def _weak_call(ref: weakref.ref[LivePlanner], method: str) -> Callable[[Any], None]:
+    """An IPython event callback calling `method` of the planner while it lives (the callback does not keep it)."""
+    def call(*args: Any) -> None:
+        planner = ref()
+        if planner is not None:
+            getattr(planner, method)(*args)
+    return call
 
 
 class PrecisionConfigWidget(TrainerConfigWidget):

@@ -3,8 +3,11 @@
 A form change asks for a plan; the request waits a short quiet time (a burst of clicks plans once, for the last
 state), then `hpu_nb.plan` runs on a worker thread, one plan at a time, so the form never waits for it (planning a
 small model takes about a second). A plan whose form state was overtaken is dropped. The planned model is a private
-copy taken when the widget was given it: the trace swaps the model's tensors for fake ones while it runs, which must
-never happen under a Trainer the user starts meanwhile. Every error of planning (an invalid form, a step fake tensors
+copy taken when the widget was given it (the trace swaps the model's tensors for fake ones while it runs). Planning
+happens only between cells: torch's MemTracker and FlopCounterMode, which the trace runs under, hook every module's
+forward process-wide, so a plan must never overlap a cell that trains. In IPython a cell that starts waits for the
+plan in flight, and a plan due while a cell runs starts when it ends (`pause` / `resume` on IPython's pre_run_cell /
+post_run_cell events). Every error of planning (an invalid form, a step fake tensors
 cannot run, a strategy the planner does not model) becomes the message shown, never an exception in the form.
 """
 
@@ -69,6 +72,7 @@ class LivePlanner:
         self._pending: tuple[int, Callable[[], dict[str, Any]]] | None = None
         self._idle = threading.Event()
         self._idle.set()
+        self._paused = False  # a cell is running: no plan starts until it ends
         self.plan: Plan | None = None
         self.error: str | None = None
 
@@ -89,16 +93,35 @@ class LivePlanner:
             if serial != self._serial:
                 return
             self._pending = (serial, kwargs_of)
-            if self._worker is not None:
-                return  # the running worker takes the pending request when it is done
-            self._worker = threading.Thread(target=self._work, name="hpu_nb-config-plan", daemon=True)
-            self._worker.start()
+            self._start_worker()
+
+    def _start_worker(self) -> None:
+        """Start a worker for the pending request unless one runs (it takes it next) or a cell runs (called with the
+        lock held)."""
+        if self._worker is not None or self._paused or self._pending is None:
+            return
+        self._worker = threading.Thread(target=self._work, name="hpu_nb-config-plan", daemon=True)
+        self._worker.start()
+
+    def pause(self, *_: Any) -> None:
+        """A cell starts (IPython's pre_run_cell): wait for the plan in flight, start no other until resume()."""
+        with self._lock:
+            self._paused = True
+            worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
+
+    def resume(self, *_: Any) -> None:
+        """The cell ended (post_run_cell): a plan that came due meanwhile starts."""
+        with self._lock:
+            self._paused = False
+            self._start_worker()
 
     def _work(self) -> None:
         while True:
             with self._lock:
-                if self._pending is None:
-                    self._worker = None  # a request due from now on starts a new worker
+                if self._pending is None or self._paused:
+                    self._worker = None  # a request due from now on (or at resume) starts a new worker
                     return
                 serial, kwargs_of = self._pending
                 self._pending = None
@@ -119,5 +142,13 @@ class LivePlanner:
                     self._idle.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the latest request is planned (for scripts and tests; the form never calls it)."""
-        return self._idle.wait(timeout)
+        """Block until the latest request is planned (for scripts and tests; the form never calls it). Called from a
+        running cell, it lets the plan run: the cell waits, so nothing trains meanwhile."""
+        with self._lock:
+            paused, self._paused = self._paused, False
+            self._start_worker()
+        try:
+            return self._idle.wait(timeout)
+        finally:
+            with self._lock:
+                self._paused = paused

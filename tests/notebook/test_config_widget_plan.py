@@ -116,3 +116,35 @@ def test_a_burst_of_clicks_plans_once_for_the_last_state(monkeypatch: pytest.Mon
     widget.wait_for_plan(WAIT_S)
     assert [kwargs["devices"] for kwargs in planned] == [8]
     assert "on 8 × " in widget.plan_verdict
+
+
+def test_plans_run_between_cells_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IPython's pre_run_cell pauses the planner (a cell that starts waits for the plan in flight; none starts while it
+    runs) and post_run_cell resumes it: the trace's module hooks are process-wide and must never see a cell's fit."""
+    import hpu_nb.notebook.plan_verdict as plan_verdict
+
+    widget = TrainerConfigWidget(model=MLP(), batch=batches("mlp", 4))
+    planner = widget._planner
+    planned: list[int] = []
+
+    def counted(model: Any, batch: Any, **kwargs: Any) -> Any:  # the real planner, counted
+        planned.append(kwargs["devices"])
+        return hpu_nb.plan(model, batch, **kwargs)
+
+    monkeypatch.setattr(plan_verdict, "plan", counted)
+    planner._timer.join()  # the first request came due: its plan is in flight (or done)
+    planner.pause()  # a cell starts: it returns once no plan runs
+    assert planner._worker is None and widget.plan_state == "done"
+
+    widget.controls["devices"].value = 2  # a change while the cell runs
+    planner._timer.join()  # came due: it waits for the cell to end
+    assert planner._worker is None and widget.plan_state == "planning" and planned in ([], [1])
+    planner.resume()  # the cell ended
+    widget.wait_for_plan(WAIT_S)
+    assert planned[-1] == 2 and "on 2 × " in widget.plan_verdict
+
+    planner.pause()
+    widget.controls["devices"].value = 4
+    assert "on 4 × " in widget.wait_for_plan(WAIT_S)  # a cell that waits for the plan lets it run
+    assert planner._paused  # and the cell's pause holds again after it
+    planner.resume()
