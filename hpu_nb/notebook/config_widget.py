@@ -6,12 +6,16 @@ in the package). All logic lives in `hpu_nb.notebook.trainer_config.TrainerConfi
 rows are TrainerConfig's fields that declare a control (`form_fields`), the code shown is `cfg.code`, and
 `cfg.trainer_kwargs()` builds exactly that Trainer. Clicks are handled by the kernel between cells, as all widget
 events are. Displayed, the form is followed by a static snapshot of its code (kept up to
-date as the form changes), which is what a saved notebook shows without a kernel.
+date as the form changes), which is what a saved notebook shows without a kernel. Given a model and a batch
+(`model=`, `batch=` or `plan_for(model, batch)`), the form also says whether the run fits the chosen Gaudi, as
+`hpu_nb.plan` estimates it (hpu_nb.notebook.plan_verdict plans off the kernel's thread).
 """
 
 from __future__ import annotations
 
 import html
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import traitlets
 from IPython import get_ipython
 
 from hpu_nb.core.issues import Issue
+from hpu_nb.notebook.plan_verdict import GENERATION_OPTIONS, LivePlanner
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
 from hpu_nb.notebook.trainer_config import Control, TrainerConfig, config_from, form_fields, op_list_text, parse_op_list
 from hpu_nb.runtime import get_backend
@@ -60,14 +65,29 @@ class TrainerConfigWidget(w.VBox):
 
     `TrainerConfigWidget(precision="bf16-mixed", devices=2)` presets fields (names as in TrainerConfig).
     Use it with `L.Trainer(**cfg.trainer_kwargs())`, `cfg.code`, the Insert below button, or `cfg.insert_cell()`.
+    With `model=` and `batch=` (or `plan_for(model, batch)`) every change re-plans the run with `hpu_nb.plan` and
+    shows the estimated per-card peak against the chosen Gaudi's HBM (`generation=`: "gaudi", "gaudi2", "gaudi3").
     """
 
     PRECISION_ONLY = False  # PrecisionConfigWidget: the precision rows only
 
-    def __init__(self, config: TrainerConfig | None = None, **fields: Any) -> None:
+    def __init__(self, config: TrainerConfig | None = None, *, model: Any = None, batch: Any = None,
+                 generation: str = "gaudi2", **fields: Any) -> None:
         if config is not None and fields:
             raise TypeError("Pass either a TrainerConfig or field values, not both.")
+        if generation not in dict(GENERATION_OPTIONS).values():
+            raise ValueError(f"generation must be one of {', '.join(k for _, k in GENERATION_OPTIONS)}, "
+                             f"got {generation!r}.")
         self._config = config if config is not None else config_from(fields.items())
+        self._planner: LivePlanner | None = None
+        self.plan_verdict = ""  # the plan's one-line verdict (empty without a model)
+        self.plan_state = ""  # "", "planning", "done", "error"
+        self.generation_control = w.ToggleButtons(options=GENERATION_OPTIONS, value=generation,
+                                                  style={"button_width": "auto"})
+        self.plan_line = w.HTML("")
+        self._plan_box = w.VBox([w.HBox([w.Label("plan for", layout=w.Layout(width="110px")),
+                                         self.generation_control]), self.plan_line])
+        self._plan_box.add_class("hpu-cfg-plan")
         self._updating = False
         self._displays = SnapshotDisplays()
         self.specs = form_fields(type(self._config), precision_only=self.PRECISION_ONLY)
@@ -87,6 +107,9 @@ class TrainerConfigWidget(w.VBox):
         self.add_class("hpu-cfg")
         for _name, control in self.controls.items():
             control.observe(self._on_change, names="value")
+        self.generation_control.observe(lambda _change: self._request_plan(), names="value")
+        if model is not None or batch is not None:
+            self.plan_for(model, batch)
         self._refresh()
 
     # -- form -----------------------------------------------------------------------------------------------
@@ -128,6 +151,48 @@ class TrainerConfigWidget(w.VBox):
             self.panel.issues = [{"level": i.level, "field": i.field, "message": i.message} for i in issues]
         if self._displays.snapshots:
             self._displays.refresh(self._snapshot())
+        self._request_plan()
+
+    # -- the live plan --------------------------------------------------------------------------------------
+    def plan_for(self, model: Any, batch: Any) -> TrainerConfigWidget:
+        """Say, as the form changes, whether training `model` on `batch` (one per-card batch, a DataLoader or a
+        LightningDataModule) fits the chosen Gaudi: `hpu_nb.plan` of a copy of the model, an estimate. Returns self."""
+        self._planner = LivePlanner(model, batch, self._show_plan)
+        shell = get_ipython()
+        if shell is not None:  # plans run between cells only (plan_verdict: the trace's hooks are process-wide)
+            planner = weakref.ref(self._planner)
+            for event, method in (("pre_run_cell", "pause"), ("post_run_cell", "resume")):
+                shell.events.register(event, _weak_call(planner, method))
+        if self._plan_box not in self.children:
+            self.children = (*self.children, self._plan_box)
+        self._request_plan()
+        return self
+
+    def _request_plan(self) -> None:
+        if self._planner is None:
+            return
+        config, generation = self._config, self.generation_control.value
+        self._planner.request(lambda: {**config.trainer_kwargs(), "generation": generation})
+
+    def _show_plan(self, text: str, state: str) -> None:
+        self.plan_verdict, self.plan_state = text, state
+        color = {"error": "#b00020", "planning": "#666"}.get(state, "inherit")
+        self.plan_line.value = f'<span style="color:{color}">{html.escape(text)}</span>'
+        if self._displays.snapshots:
+            self._displays.refresh(self._snapshot())
+
+    @property
+    def plan(self) -> Any:
+        """The latest finished plan of the form's state (an hpu_nb.plan.Plan), or None."""
+        return None if self._planner is None else self._planner.plan
+
+    def wait_for_plan(self, timeout: float | None = None) -> str:
+        """Wait until the form's latest state is planned; the verdict line (for scripts: the form never waits)."""
+        if self._planner is None:
+            raise RuntimeError("this widget has no model to plan: pass model= and batch=, or call plan_for().")
+        if not self._planner.wait(timeout):
+            raise TimeoutError(f"planning did not finish within {timeout} s.")
+        return self.plan_verdict
 
     def set(self, **fields: Any) -> TrainerConfigWidget:
         """Change fields from code (the form follows); returns self."""
@@ -180,6 +245,8 @@ class TrainerConfigWidget(w.VBox):
         issues = self._config.issues()
         head = [f"{self._title()} ({self.panel.backend_label})"]
         head += [f"  {i}" for i in issues]
+        if self.plan_verdict:
+            head.append(self.plan_verdict)
         return "\n".join(head + ["", self.code])
 
     def _html(self) -> str:
@@ -187,8 +254,9 @@ class TrainerConfigWidget(w.VBox):
             f'<li style="color:{"#b00020" if i.level == "error" else "#8a6d00"}">{html.escape(str(i))}</li>'
             for i in self._config.issues()
         )
+        verdict = f"<p>{html.escape(self.plan_verdict)}</p>" if self.plan_verdict else ""
         return (f"<div><b>{html.escape(self._title())}</b> ({html.escape(self.panel.backend_label)})"
-                f"{'<ul>' + issues + '</ul>' if issues else ''}<pre>{html.escape(self.code)}</pre></div>")
+                f"{'<ul>' + issues + '</ul>' if issues else ''}{verdict}<pre>{html.escape(self.code)}</pre></div>")
 
     def _snapshot(self) -> dict[str, str]:
         return snapshot_bundle(self._title(), self._html(), self._text())
@@ -206,6 +274,15 @@ class TrainerConfigWidget(w.VBox):
 
     def __repr__(self) -> str:
         return self._text()
+
+
+def _weak_call(ref: weakref.ref[LivePlanner], method: str) -> Callable[[Any], None]:
+    """An IPython event callback calling `method` of the planner while it lives (the callback does not keep it)."""
+    def call(*args: Any) -> None:
+        planner = ref()
+        if planner is not None:
+            getattr(planner, method)(*args)
+    return call
 
 
 class PrecisionConfigWidget(TrainerConfigWidget):

@@ -21,7 +21,7 @@ Out of memory: the figures of the chart, the message and the counter table all c
 read from the error itself (its `in_use` / `requested` / `limit` attributes, else its message).
 
 This module holds the callback; its parts live in hpu_nb.notebook.memory (history, packing, oom, chart_widget, summary,
-svg, relay) and their names stay importable from here.
+svg, relay, planned) and their names stay importable from here.
 """
 
 from __future__ import annotations
@@ -65,9 +65,11 @@ from hpu_nb.notebook.memory.history import (
 )
 from hpu_nb.notebook.memory.oom import oom_figures
 from hpu_nb.notebook.memory.packing import pack_points, unpack_points
+from hpu_nb.notebook.memory.planned import plan_reference
 from hpu_nb.notebook.memory.relay import WorkerRelay
 from hpu_nb.notebook.memory.summary import TrainingSummary
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
+from hpu_nb.plan import Plan
 from hpu_nb.runtime import get_backend, is_out_of_memory
 from hpu_nb.runtime.base import iter_tensors
 
@@ -107,11 +109,13 @@ class MemoryMonitor(Callback):
 
     It shows its chart in the cell that trains (unless it was already shown there); display the monitor yourself to
     put the chart elsewhere. `reset_peak=True` resets the device's MaxInUse when a run starts, so the peak is this
-    run's.
+    run's. `plan=hpu_nb.plan(model, batch, ...)` draws the plan's predicted per-card peak beside the measured MaxInUse
+    and gives a live MFU: the plan's FLOPs per step / the measured step time / the generation's peak FLOP/s.
     """
 
     def __init__(self, update_interval: float = 0.25, max_points: int = 600, log_to_logger: bool = True,
-                 auto_display: bool = True, reset_peak: bool = True) -> None:
+                 auto_display: bool = True, reset_peak: bool = True, plan: Plan | None = None) -> None:
+        self.plan_reference = plan_reference(plan)
         self.update_interval = _checked_update_interval(update_interval)
         self.history = ChartHistory(_checked_max_points(max_points))
         self.log_to_logger = log_to_logger
@@ -312,7 +316,8 @@ class MemoryMonitor(Callback):
     def _make_chart(self) -> None:
         # uid and the first delta go with the widget's opening message: the front end keys its history by uid
         self.chart = TrainingChart(uid=uuid.uuid4().hex, device_label=self.device_label, is_emulated=self.is_emulated,
-                                   delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])})
+                                   delta={"seq": 0, "base": 0, "reset": True, "points": pack_points([])},
+                                   planned=self._planned_traits())
         self.chart.on_msg(_weakly(self, "_on_frontend_msg"))
         self.chart.show_with_snapshot = _weakly(self, "_ipython_display_")
 
@@ -329,6 +334,8 @@ class MemoryMonitor(Callback):
         for point in self._pending:  # losses stay tensors until now: one device sync per push, not per batch
             point[LOSS] = as_float(point[LOSS])
         traits: dict[str, Any] = {"current": dict(self.current)}
+        if self.plan_reference is not None:
+            traits["planned"] = self._planned_traits()
         if self._pending or self._needs_reset:
             if self._needs_reset:
                 for point in self.history.points:
@@ -340,6 +347,13 @@ class MemoryMonitor(Callback):
                                "points": pack_points(points)}
             self._pending, self._needs_reset = [], False
         self._guard(self._set, **traits)
+
+    def _planned_traits(self) -> dict[str, Any]:
+        """The chart's `planned` trait: the plan's peak and the MFU of the steps timed so far (empty without a plan)."""
+        if self.plan_reference is None:
+            return {}
+        training = TrainingSummary(self).training() or {}
+        return self.plan_reference.chart_traits(training.get("step_time"))
 
     def _set(self, **traits: Any) -> None:
         if self.chart is None or self.frontend_error is not None or self.detached is not None:

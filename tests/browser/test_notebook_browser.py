@@ -387,3 +387,43 @@ def _check_form(lab, notebook_dir) -> None:
     assert "DeepSpeed compiles" not in built + trained, trained
     assert "tensorboardX" not in built + trained and "lightning[extra]" not in built + trained
     assert not (notebook_dir / "lightning_logs").exists() and not (notebook_dir / "checkpoints").exists()
+
+
+# issue 36: a plan in the notebook. The config widget given a model says whether the run fits as the form changes;
+# MemoryMonitor(plan=...) draws the plan's peak beside the measured MaxInUse and shows the MFU from the plan's FLOPs.
+PLAN_CELLS = [
+    "%load_ext hpu_nb\n" + CELLS[1],
+    """one = next(iter(data(width=64, n=64)))
+form = hpu_nb.TrainerConfigWidget(model=Net(width=64), batch=one, devices=2)
+form""",
+    """planned = hpu_nb.plan(Net(width=64), one)
+planned_monitor = hpu_nb.MemoryMonitor(plan=planned, update_interval=0.1)
+L.Trainer(accelerator="hpu", callbacks=[planned_monitor], max_epochs=1, limit_train_batches=20, **quiet).fit(
+    Net(width=64), data(width=64, n=320))""",
+]
+
+
+def test_the_form_and_the_chart_show_the_plan(lab, jupyter_lab) -> None:
+    jupyter_lab.write_notebook("browser_plan.ipynb", PLAN_CELLS)
+    lab.open_notebook("browser_plan.ipynb")
+    lab.hide_side_panels()
+    try:
+        lab.run_cell(0, timeout=120)
+        lab.run_cell(1, timeout=180)
+        form = lab.cell(1).locator(".jp-OutputArea .hpu-cfg-plan")
+        form.get_by_text("fits (margin").wait_for(timeout=180_000)  # planned off the kernel's thread
+        assert "on 2 × Gaudi2" in form.inner_text()
+        form.get_by_text("Gaudi3").click()  # the "plan for" toggle re-plans against Gaudi 3's HBM
+        form.get_by_text("on 2 × Gaudi3").wait_for(timeout=180_000)
+        lab.run_cell(2, timeout=240)
+        output = lab.cell(2).locator(".jp-OutputArea")
+        output.locator(".hpu-tc[data-status='done']").wait_for(timeout=60_000)
+        line = output.locator("svg.hpu-tc-chart line[data-series='planned']")
+        assert line.count() == 1
+        assert "planned peak" in output.locator(".hpu-tc-legend").inner_text()
+        counters = output.locator(".hpu-tc-counters").inner_text()
+        assert "planned peak (estimate)" in counters and "MFU (estimated from plan FLOPs)" in counters
+        assert "%" in output.locator(".hpu-tc-mfu").inner_text()
+        lab.publish(lab.screenshot("memory_monitor_plan", output), "memory_monitor_plan.png")
+    finally:
+        lab.save_console("plan")

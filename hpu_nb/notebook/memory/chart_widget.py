@@ -38,6 +38,7 @@ class TrainingChart(anywidget.AnyWidget):
     oom = traitlets.Dict().tag(sync=True)  # {"x", "in_use", "limit", "requested", "message", "stage"}
     summary = traitlets.Unicode("").tag(sync=True)
     stages = traitlets.List(list(STAGES)).tag(sync=True)
+    planned = traitlets.Dict().tag(sync=True)  # MemoryMonitor(plan=...): {"peak", "label", "mfu", "mfu_label"}
 
     def __init__(self, **traits: Any) -> None:
         super().__init__(**traits)

@@ -21,8 +21,10 @@ from hpu_nb.notebook.memory.history import (
     ChartHistory,
     as_float,
 )
+from hpu_nb.notebook.memory.planned import MFU_LABEL, PLANNED_LABEL, PlanReference
 from hpu_nb.notebook.memory.svg import SvgPlot, rank_style
 from hpu_nb.runtime.env import format_bytes
+from hpu_nb.runtime.generations import generation_from_name
 
 
 class MonitorState(Protocol):
@@ -38,6 +40,10 @@ class MonitorState(Protocol):
     samples: int
     frontend_error: str | None
     rank_history: dict[str, list[Any]]
+    plan_reference: PlanReference | None  # MemoryMonitor(plan=...): the plan's peak and FLOPs
+
+
+PLANNED_COLOUR = "#8c564b"  # the planned peak's reference line (static/training_chart.js: COLORS.planned)
 
 
 class TrainingSummary:
@@ -54,6 +60,7 @@ class TrainingSummary:
         self.samples = monitor.samples
         self.error = monitor.frontend_error
         self.ranks = monitor.rank_history
+        self.planned = getattr(monitor, "plan_reference", None)
 
     @property
     def limit(self) -> int | None:
@@ -96,6 +103,35 @@ class TrainingSummary:
             out["steps_per_s"] = sum(p[BATCHES] for p in timed) / total_s
         return out
 
+    def mfu(self) -> tuple[float, float] | None:
+        """(MFU, the median measured step time it divides by), from the plan's FLOPs; None without a plan, a timed
+        training step or a known peak."""
+        training = self.training()
+        if self.planned is None or not training or "step_time" not in training:
+            return None
+        mfu = self.planned.mfu(training["step_time"])
+        return None if mfu is None else (mfu, training["step_time"])
+
+    def planned_lines(self, measured: str) -> list[str]:
+        """The plan's peak beside the measured MaxInUse, and the MFU (text of the summary)."""
+        if self.planned is None:
+            return []
+        planned = self.planned
+        ratio = f"; measured MaxInUse / planned = {self.peak / planned.peak_bytes:.3f}" if planned.peak_bytes else ""
+        lines = [f"Planned peak {format_bytes(planned.peak_bytes)} per card (hpu_nb.plan, an estimate: "
+                 f"{planned.description}){ratio}"]
+        mfu = self.mfu()
+        if mfu is not None:
+            value, step = mfu
+            lines.append(f"{MFU_LABEL}: {100 * value:.3g}% = {planned.flops_per_step:.4g} FLOPs per step / "
+                         f"{step * 1e3:.4g} ms median measured step time / {planned.peak_flops:.4g} FLOP/s peak "
+                         f"({planned.generation}, {planned.precision}){measured}")
+        running = _generation_of(self.device_label)
+        if running is not None and running != planned.generation:
+            lines.append(f"(the plan is for {planned.generation}, the run is on {running}: the planned peak and the "
+                         f"MFU's peak FLOP/s are {planned.generation}'s; plan with generation= for this card)")
+        return lines
+
     def lines(self) -> list[str]:
         measured = " (emulated: CPU time and host memory)" if self.is_emulated else ""
         head = f"MemoryMonitor — {self.device_label}"
@@ -117,6 +153,7 @@ class TrainingSummary:
             pct = 100.0 * (limit - peak) / limit if limit else 0.0
             lines.append(f"Peak (MaxInUse) {format_bytes(peak)} of Limit {format_bytes(limit)}{measured}: "
                          f"headroom {format_bytes(limit - peak)} ({pct:.1f}% free)")
+        lines += self.planned_lines(measured)
         shown = {k: v for k, v in self.current.items() if k not in ("Limit", "MaxInUse")}
         if self.oom:
             shown.pop("InUse", None)  # after an OOM the figure that counts is the one at the failure, below
@@ -157,7 +194,8 @@ class TrainingSummary:
             return ""
         limit, peak = self.limit or 1, self.peak
         ranks = [self.rank_series(r) for r in range(self.rank_count)]
-        top = max([peak, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0)]
+        planned = self.planned.peak_bytes if self.planned is not None else 0
+        top = max([peak, planned, self.oom.get("in_use", 0) + (self.oom.get("requested") or 0)]
                   + [max(values) for _, values in ranks])
         show_limit = bool(self.oom) or top >= 0.05 * limit
         ymax = max(limit if show_limit else top, top, 1) * 1.08
@@ -172,6 +210,12 @@ class TrainingSummary:
         # InUse / MaxInUse are rank 0's (sampled every batch); the other ranks' gathered InUse as dashed lines over
         # them (svg.RANK_STYLES): one line per rank and series
         parts += [plot.line(MAX_IN_USE, "#ff7f0e"), plot.line(IN_USE, "#1f77b4")]
+        if self.planned is not None:  # the plan's peak: a horizontal reference beside the measured MaxInUse
+            y = plot.sy(planned)
+            parts.append(f'<line data-series="planned" x1="{plot.left}" x2="{plot.left + plot.w}" y1="{y:.1f}" '
+                         f'y2="{y:.1f}" stroke="{PLANNED_COLOUR}" stroke-width="1.4" stroke-dasharray="8,4"/>')
+            parts.append(f'<text x="{plot.left + 4}" y="{y - 4:.1f}" fill="{PLANNED_COLOUR}">planned peak '
+                         f"{format_bytes(planned)} (estimate)</text>")
         parts += [plot.rank_line(r, *series) for r, series in enumerate(ranks) if r]
         if self.oom:
             x, y0 = plot.sx(self.oom["x"]), plot.sy(self.oom["in_use"])
@@ -232,6 +276,8 @@ class TrainingSummary:
         entries = [f'<span style="color:#1f77b4">━ {rank0}InUse</span>',
                    f'<span style="color:#ff7f0e">━ {rank0}MaxInUse</span>',
                    '<span style="color:#d62728">┅ Limit</span>']
+        if self.planned is not None:
+            entries.append(f'<span data-series="planned" style="color:{PLANNED_COLOUR}">╌ {PLANNED_LABEL}</span>')
         for rank in range(1, self.rank_count):
             colour, width, dash, opacity = rank_style(rank)
             dashed = f' stroke-dasharray="{dash}"' if dash else ""
@@ -251,6 +297,14 @@ class TrainingSummary:
         charts = self.memory_svg() + ("<br>" + training if training else "")
         return (f'<div class="hpu-memory-summary" style="font-family:sans-serif;font-size:12px">'
                 f"<b>{html.escape(lines[0])}</b><br>{body}<br>{charts}{legend if self.points else ''}</div>")
+
+
+def _generation_of(device_label: str) -> str | None:
+    """The generation label ("Gaudi2") of a monitor's device label ("GAUDI2 (emulated)"), None if it names none."""
+    try:
+        return generation_from_name(device_label.split()[0]).label if device_label.strip() else None
+    except ValueError:
+        return None
 
 
 def robust_top(ordered: list[float]) -> float:

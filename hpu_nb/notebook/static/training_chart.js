@@ -10,7 +10,8 @@ const SVG = "http://www.w3.org/2000/svg";
 const STORES = new Map();
 const FIELDS = ["x", "Limit", "InUse", "MaxInUse", "stage", "epoch", "loss", "seconds", "samples", "batches"];
 const F = Object.fromEntries(FIELDS.map((name, i) => [name, i]));
-const COLORS = { Limit: "#d62728", InUse: "#1f77b4", MaxInUse: "#ff7f0e", loss: "#2ca02c", rate: "#9467bd" };
+const COLORS = { Limit: "#d62728", InUse: "#1f77b4", MaxInUse: "#ff7f0e", loss: "#2ca02c", rate: "#9467bd",
+  planned: "#8c564b" };  // planned: MemoryMonitor(plan=...)'s predicted peak (summary.py: PLANNED_COLOUR)
 // Each rank's InUse line, as hpu_nb/notebook/memory/svg.py RANK_STYLES (the saved notebook's snapshot): rank 0 a wide
 // pale band under the lines, the others narrow dashed lines over it, so ranks with the same memory still read as two
 // series (a dashed line inside a band), not as one line.
@@ -210,6 +211,8 @@ function drawChart(svg, store, model, scaleMode) {
     for (const p of pts) peak = Math.max(peak, p[F.MaxInUse], p[F.InUse]);
     for (const row of ranks.max_in_use || []) for (const v of row) peak = Math.max(peak, v);
     if (oom.in_use !== undefined) peak = Math.max(peak, oom.in_use + (oom.requested || 0));
+    const planned = model.get("planned") || {};
+    if (planned.peak !== undefined) peak = Math.max(peak, planned.peak);
     const showLimit = scaleMode === "limit" || (scaleMode === "auto" && (oom.x !== undefined || peak >= 0.05 * limit));
     const ymax = Math.max(showLimit ? Math.max(limit, peak) : peak, 1) * 1.1;
     const sy = (v) => top + h * (1 - v / ymax);
@@ -237,6 +240,12 @@ function drawChart(svg, store, model, scaleMode) {
         stroke: COLORS[name], "data-series": name }, svg, SVG);
     }
     for (let r = 1; r < nRanks; r += 1) rankLine(r);  // over them
+    if (planned.peak !== undefined) {  // the plan's predicted peak: a reference beside the measured MaxInUse
+      node("line", { x1: L, x2: L + w, y1: sy(planned.peak), y2: sy(planned.peak), class: "hpu-tc-planned",
+        stroke: COLORS.planned, "stroke-dasharray": "8,4", "data-series": "planned" }, svg, SVG);
+      text(svg, { x: L + 4, y: sy(planned.peak) - 4, fill: COLORS.planned, class: "hpu-tc-tick" },
+        `planned peak ${formatBytes(planned.peak)} (estimate)`);
+    }
     if (!showLimit) {
       text(svg, { x: L + w, y: top - 4, "text-anchor": "end", class: "hpu-tc-offscale" },
         `Limit ${formatBytes(limit)} off scale (peak ${(100 * peak / limit).toFixed(2)}% of it)`);
@@ -327,6 +336,16 @@ function drawCounters(table, model) {
     const td = node("td", { class: "hpu-tc-val", "data-key": k }, tr);
     td.textContent = bytesKeys.has(k) || k.endsWith("at OOM") ? formatBytes(v) : String(v);
   }
+  const planned = model.get("planned") || {};
+  if (planned.peak !== undefined) {
+    for (const [k, v, cls] of [["planned peak (estimate)", formatBytes(planned.peak), "hpu-tc-planned-row"],
+      [planned.mfu_label, planned.mfu === null || planned.mfu === undefined ? "after the first timed step"
+        : `${(100 * planned.mfu).toPrecision(3)}%`, "hpu-tc-mfu"]]) {
+      const tr = node("tr", { class: cls, title: planned.label }, table);
+      node("td", { class: "hpu-tc-key" }, tr).textContent = k;
+      node("td", { class: "hpu-tc-val" }, tr).textContent = v;
+    }
+  }
   if (current.Limit !== undefined && current.MaxInUse !== undefined) {
     const tr = node("tr", { class: "hpu-tc-headroom" }, table);
     node("td", { class: "hpu-tc-key" }, tr).textContent = "headroom";
@@ -337,7 +356,7 @@ function drawCounters(table, model) {
 
 // One entry per line drawn, one per rank and series: on several cards InUse / MaxInUse are rank 0's (sampled every
 // batch) and every other rank has its InUse entry (gathered).
-function drawLegend(legend, ranks) {
+function drawLegend(legend, ranks, planned) {
   while (legend.firstChild) legend.removeChild(legend.firstChild);
   const nRanks = rankCount(ranks);
   const rank0 = nRanks ? "rank 0 " : "";
@@ -347,6 +366,12 @@ function drawLegend(legend, ranks) {
     const entry = item(name, series);
     node("span", { class: `hpu-tc-swatch${cls}`, style: `background:${colour}` }, entry);
     entry.appendChild(document.createTextNode(name));
+  }
+  if (planned.peak !== undefined) {
+    const entry = item("planned peak (estimate)", "planned");
+    entry.setAttribute("title", planned.label);
+    node("span", { class: "hpu-tc-swatch dashed", style: `background:${COLORS.planned}` }, entry);
+    entry.appendChild(document.createTextNode("planned peak (estimate)"));
   }
   for (let r = 1; r < nRanks; r += 1) {
     const style = rankStyle(r);
@@ -449,7 +474,7 @@ function render({ model, el: root }) {
         scaleBtn.textContent = scaleMode === "auto" ? "memory axis: auto" : "memory axis: Limit";
         geometry = drawChart(svg, store, model, scaleMode);
         drawCounters(table, model);
-        drawLegend(legend, model.get("ranks"));
+        drawLegend(legend, model.get("ranks"), model.get("planned") || {});
         const oom = model.get("oom") || {};
         note.textContent = oom.message ? `Out of memory: ${oom.message}` : model.get("summary");
         note.classList.toggle("hpu-tc-summary-oom", Boolean(oom.message));
@@ -494,7 +519,7 @@ function render({ model, el: root }) {
     redraw();
   });
   store.listeners.add(redraw);
-  const traits = "change:current change:status change:stage change:oom change:summary change:device_label change:ranks";
+  const traits = "change:current change:status change:stage change:oom change:summary change:device_label change:ranks change:planned";
   model.on(traits, redraw);
   redraw();
   return () => {
