@@ -64,9 +64,9 @@ class Edit:
 
 @dataclass(frozen=True)
 class Training:
-    """The loss must fall on `hpu`. `pattern` (one group: the loss) is matched in the printed output of the cells
-    matching `cell` (and of the processes they start); pattern None: the losses the Lightning callback recorded, each
-    fit on its own. Falls: the mean of the last quarter of the values is below FALL x the mean of the first quarter."""
+    """The loss must fall on `hpu` (`falls`). `pattern` (one group: the loss) is matched in the printed output of the
+    cells matching `cell` (and of the processes they start); pattern None: the losses the Lightning callback recorded,
+    each fit on its own."""
 
     pattern: str | None = None
     cell: str = ""
@@ -338,12 +338,13 @@ def printed_values(nb: dict[str, Any], pattern: str, cell: str = "") -> list[flo
 
 
 def falls(losses: list[float]) -> bool:
-    """The mean of the last quarter (at least one value) below FALL x the mean of the first quarter: a training that
-    learns the stand-in's labelling does, one whose steps change nothing stays at chance (log of the class count)."""
+    """The mean of the last quarter (at least one value) below FALL x the mean of the first values (up to 3, at most
+    a quarter): a training that learns the stand-in's labelling does, even one that has learnt it within its first
+    quarter; one whose steps change nothing stays at its start (chance: the log of the class count)."""
     if len(losses) < 2:
         return False
     quarter = max(1, len(losses) // 4)
-    first, last = losses[:quarter], losses[-quarter:]
+    first, last = losses[:min(3, quarter)], losses[-quarter:]
     return sum(last) / len(last) < FALL * sum(first) / len(first)
 
 
@@ -429,7 +430,7 @@ def run(tutorial: Tutorial, copy: Path, home: Path, out: Path, cell_timeout: int
     try:
         client.execute()
     except Exception as error:  # a cell past its timeout, a kernel that died
-        result.status, result.error = "fails", f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        result.status, result.error = "fails", f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}"
     result.seconds = round(time.monotonic() - start, 1)
     result.changes += _stop_tensorboards(out)
     executed = out / "executed" / tutorial.path

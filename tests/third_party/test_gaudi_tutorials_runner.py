@@ -108,8 +108,9 @@ def test_a_progress_bar_redrawn_with_carriage_returns_counts_each_drawing_once()
     assert runner.printed_values(nb, r"loss=([\d.]+)") == [2.3, 1.2, 0.4]
 
 
-def test_falls_compares_the_first_and_last_quarters() -> None:
+def test_falls_compares_the_first_values_with_the_last_quarter() -> None:
     assert runner.falls([2.3, 2.2, 1.0, 0.5])
+    assert runner.falls([2.3, 3.8, 2.4] + [1.6] * 20 + [1.65] * 8)  # learnt within its first quarter
     assert not runner.falls([2.30, 2.31, 2.29, 2.30, 2.28, 2.30, 2.31, 2.29])  # chance, with noise
     assert not runner.falls([2.3])  # one value: nothing to compare
     assert not runner.falls([])

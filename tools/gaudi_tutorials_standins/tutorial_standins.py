@@ -19,7 +19,9 @@ import numpy as np
 # -- images -----------------------------------------------------------------------------------------------------------
 
 
-_NOISE = 48  # pixel noise (+-) around an image's class pattern
+_NOISE = 48  # pixel noise (+-) around an RGB image's class colour
+_GREY_NOISE = 32  # a greyscale image's dark background, 0 to this: sparse, as MNIST's digits are (with a brighter one,
+# Lightning's hello-world model, relu on its logits at Adam's lr 0.02, sometimes dies at the log of the class count)
 
 
 def _palette(classes: int) -> np.ndarray:
@@ -36,9 +38,9 @@ def class_image(label: int, classes: int, height: int, width: int, mode: str, rn
     from PIL import Image
 
     if mode == "L":
-        pixels = rng.integers(0, 2 * _NOISE, (height, width)).astype(np.int64)
+        pixels = rng.integers(0, _GREY_NOISE + 1, (height, width)).astype(np.int64)
         band = label % 10
-        pixels[band * height // 10:(band + 1) * height // 10] += 255 - 2 * _NOISE
+        pixels[band * height // 10:(band + 1) * height // 10] += 255 - _GREY_NOISE
     else:
         pixels = _palette(classes)[label][None, None, :] + rng.integers(-_NOISE, _NOISE + 1, (height, width, 3))
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), mode)
