@@ -82,6 +82,7 @@ class Inference:
 
 
 FALL = 0.9
+PROBE_CELL = "import tutorial_standins\ntutorial_standins.probe_write_device_use()"
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,8 @@ def write_scripts() -> None:
     for name, entry in (("torchrun", "from torch.distributed.run import main"),
                         ("tensorboard", "from tensorboard.main import run_main as main")):
         script = VENV / "bin" / name
-        script.write_text(f"#!{VENV / 'bin' / 'python'}\n{entry}\nmain()\n")
+        # the guard: TensorBoard's profiler plugin starts a multiprocessing manager, whose spawned child imports this
+        script.write_text(f"#!{VENV / 'bin' / 'python'}\n{entry}\nif __name__ == '__main__':\n    main()\n")
         script.chmod(0o755)
 
 
@@ -424,6 +426,9 @@ def run(tutorial: Tutorial, copy: Path, home: Path, out: Path, cell_timeout: int
     shutil.rmtree(probes, ignore_errors=True)
     probes.mkdir(parents=True)
     (out / "tmp").mkdir(exist_ok=True)
+    # The kernel's own use of `hpu`, read by a last cell of the runner's (a kernel's shutdown skips exit handlers),
+    # taken out of the notebook again once run.
+    nb["cells"].append(nbformat.v4.new_code_cell(PROBE_CELL))
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name=KERNEL, allow_errors=True,
                             resources={"metadata": {"path": str(notebook.parent)}})
     start = time.monotonic()
@@ -433,6 +438,8 @@ def run(tutorial: Tutorial, copy: Path, home: Path, out: Path, cell_timeout: int
         result.status, result.error = "fails", f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}"
     result.seconds = round(time.monotonic() - start, 1)
     result.changes += _stop_tensorboards(out)
+    if nb["cells"] and "".join(nb["cells"][-1]["source"]) == PROBE_CELL:
+        nb["cells"].pop()
     executed = out / "executed" / tutorial.path
     executed.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, executed)

@@ -365,10 +365,19 @@ def _probe_append(kind: str, record: dict[str, Any]) -> None:
             out.write(json.dumps(record) + "\n")
 
 
+_device_use_written = False
+
+
 def probe_write_device_use() -> None:
-    """At exit: how many allocations this process made on the emulated `hpu` card (none if the card never loaded).
-    The card's own counter (NumAllocs), so a notebook that moves nothing to `hpu` reads 0 whatever it imports."""
+    """How many allocations this process made on the emulated `hpu` card (none if the card never loaded), once: at
+    exit, or for a notebook kernel (whose shutdown skips exit handlers) from the runner's last cell. The card's own
+    counter (NumAllocs), so a notebook that moves nothing to `hpu` reads 0 whatever it imports."""
     import sys
+
+    global _device_use_written
+    if _device_use_written:
+        return
+    _device_use_written = True
 
     device = sys.modules.get("hpu_nb.emulator.hpu_device")
     allocations = 0
