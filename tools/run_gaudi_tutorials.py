@@ -141,7 +141,8 @@ TUTORIALS = (
              Training()),
     Tutorial("PyTorch/Training a Classifier/cifar10_tutorial.ipynb",
              (Edit(r"optim\.SGD\(model\.parameters\(\)", r"lr=0\.001", "lr=0.01",
-                   "the hpu run's learning rate 0.001 -> 0.01: its 126 steps (the cut data set) learn what 1,600 do"),
+                   "the hpu run's learning rate 0.001 -> 0.01, so that its 126 steps (2 epochs of the cut data"
+                   " set; the real run has 1,563) learn"),
               Edit(r"inputs\.to\(device\)", r"i % 200 == 199(.|\n)*running_loss / 200",
                    lambda m: m.group(0).replace("200 == 199", "20 == 19").replace("/ 200", "/ 20"),
                    "the hpu run's loss printed every 20 steps (was 200: the cut data set has 63 per epoch)")),
