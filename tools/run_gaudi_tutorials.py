@@ -101,8 +101,10 @@ def _model_references(clone_dir: str = "Model-References") -> Edit:
 
 
 _MIGRATION_ARGS = Edit(r"train\.py --batch-size=256", r"--batch-size=256 (.*)--workers=8",
-                       r"--batch-size=8 \1--workers=0 --print-freq=1",
-                       "size: batch 256 -> 8, 8 loader workers -> 0; the loss printed every step (--print-freq=1)")
+                       r"--batch-size=8 \1--workers=0 --print-freq=1 --lr=0.003",
+                       "size: batch 256 -> 8 and the learning rate with it, 0.1 -> 0.003 (linear scaling: at 0.1 the"
+                       " 8-image steps of a ResNet50 from scratch diverge, loss 2.3 -> 38); 8 loader workers -> 0; the"
+                       " loss printed every step (--print-freq=1)")
 _TINY_IMAGENET = Edit(r"wget .*tiny-imagenet", None,
                       "import tutorial_standins, os\n"
                       "tutorial_standins.write_image_folder(os.path.expanduser('~/datasets/tiny-imagenet-200'))\n"
@@ -115,7 +117,8 @@ _MNIST_CHECKPOINT = Edit(r"wget .*mnist-epoch_20\.pth", None,
                          "stand-in: the downloaded mnist-epoch_20.pth is an MLP of the same shapes trained on the CPU"
                          " on the MNIST stand-in (60 steps)")
 _ACCURACY = Inference(r"Accuracy: ([\d.]+)%")
-_MIGRATION_LOSS = Training(r"\bloss: ([\d.]+) \(", r"torchrun .*train\.py")
+# train.py's MetricLogger: "Epoch: [0]  [ 3/10] ... loss: MEDIAN (MEAN)" (the Test lines are not training losses)
+_MIGRATION_LOSS = Training(r"^Epoch: \[\d+\].*\bloss: ([\d.]+) \(", r"torchrun .*train\.py")
 _SQUAD_CUT = "SQuAD stand-in: 87,599 / 10,570 rows -> 70 / 21"
 _FLOWERS_CUT = "Flowers102 stand-in: 1,020 train images -> 70"
 _GLUE_CUT = "GLUE stand-in: 64 train / 32 validation rows per task"
