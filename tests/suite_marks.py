@@ -77,6 +77,8 @@ SLOW_TESTS: frozenset[str] = frozenset({
     "tests/runtime/test_torch_builds.py::test_where_the_table_s_size_is_unknown_nothing_is_changed_and_the_error_names_the_cpu_build",
     "tests/runtime/test_torch_builds.py::test_two_cards_ddp_from_a_script_train_the_same_weights",
     "tests/runtime/test_torch_builds.py::test_a_notebook_cell_trains_on_hpu",
+    "tests/third_party/test_gaudi_tutorials_runner.py::test_the_probe_tells_a_process_that_used_hpu_from_one_that_did_not",
+    "tests/third_party/test_gaudi_tutorials_runner.py::test_the_lightning_probe_records_each_steps_loss_and_device",
     "tests/third_party/test_lightning_habana_names.py::test_every_module_path_imports_and_its_names_are_hpu_nbs",
     "tests/third_party/test_lightning_habana_names.py::test_without_lightning_the_names_are_the_pytorch_lightning_flavours_and_train",
     "tests/third_party/test_lightning_habana_names.py::test_a_real_lightning_habana_on_the_path_wins",

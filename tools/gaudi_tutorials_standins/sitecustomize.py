@@ -5,6 +5,10 @@ Nothing here is Habana's: it stands in for the network (datasets, hub models, a 
 environment gap (PyPI's torchvision is a CUDA build whose C++ ops cannot load beside a CPU torch). Each stand-in is
 applied when its module is first imported, so a process that never imports torchvision / transformers / datasets
 pays nothing.
+
+It also measures, for the runner's report, into GAUDI_TUTORIALS_PROBE_DIR (tutorial_standins.probe_*): whether the
+process used the `hpu` device (the emulated card's allocation counter at exit) and, for Lightning fits, the loss of
+every training step with the device it was computed on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ _PATCHES: dict[str, str] = {  # module imported -> function of tutorial_standins
     "torchvision.datasets": "patch_torchvision_datasets",
     "transformers": "patch_transformers",
     "datasets": "patch_datasets",
+    # a callback that records each training step's loss (the Trainer's own module: hpu_nb's import hook is the one
+    # that sees the packages themselves)
+    "pytorch_lightning.trainer.trainer": "patch_lightning",
+    "lightning.pytorch.trainer.trainer": "patch_lightning",
 }
 
 
@@ -60,3 +68,12 @@ if os.environ.get("GAUDI_TUTORIALS_STANDINS") == "1":
     import builtins
 
     builtins.input = lambda prompt="": (print(prompt + "Once upon a time") or "Once upon a time")  # type: ignore[assignment]
+    if os.environ.get("GAUDI_TUTORIALS_PROBE_DIR"):
+        import atexit
+
+        def _write_device_probe() -> None:
+            import tutorial_standins
+
+            tutorial_standins.probe_write_device_use()
+
+        atexit.register(_write_device_probe)
