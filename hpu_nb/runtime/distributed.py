@@ -121,12 +121,34 @@ def use_environments_ninja() -> None:
     version-5 `.ninja_log`; a notebook kernel (its PATH starts with the venv's bin) ran pip's ninja 1.13, which calls
     that log "too old; starting over", deletes it and compiles DeepSpeed's CPU Adam again, for minutes, mid-fit.
     """
-    bin_dir = os.path.dirname(sys.executable)
-    if not os.path.isfile(os.path.join(bin_dir, "ninja")):
+    bin_dir = _environments_ninja_dir()
+    if bin_dir is None:
         return
     path = os.environ.get("PATH", "")
     if path.split(os.pathsep)[0] != bin_dir:
         os.environ["PATH"] = os.pathsep.join([bin_dir, *(p for p in path.split(os.pathsep) if p and p != bin_dir)])
+
+
+def _environments_ninja_dir() -> str | None:
+    """The folder of the `ninja` this environment's packages bring: beside this Python, else where the installed
+    `ninja` distribution put its program (a venv whose packages come from another environment, through a `.pth` or
+    --system-site-packages: its own bin has no ninja, and the system's one, first on PATH after it, is another
+    version that discards the other's .ninja_log and so would compile the op built ahead again)."""
+    bin_dir = os.path.dirname(sys.executable)
+    if os.path.isfile(os.path.join(bin_dir, "ninja")):
+        return bin_dir
+    import importlib.metadata  # noqa: PLC0415 -- only when this Python's own bin has no ninja
+
+    try:
+        files = importlib.metadata.distribution("ninja").files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "ninja" and file.parent.name == "bin":
+            program = os.path.abspath(str(file.locate()))
+            if os.path.isfile(program) and os.access(program, os.X_OK):
+                return os.path.dirname(program)
+    return None
 
 
 def prepare_deepspeed_environment() -> dict[str, str]:
