@@ -69,7 +69,6 @@ from hpu_nb.notebook.memory.planned import plan_reference
 from hpu_nb.notebook.memory.relay import WorkerRelay
 from hpu_nb.notebook.memory.summary import TrainingSummary
 from hpu_nb.notebook.snapshot import SnapshotDisplays, live_bundle, snapshot_bundle
-from hpu_nb.plan import Plan
 from hpu_nb.runtime import get_backend, is_out_of_memory
 from hpu_nb.runtime.base import iter_tensors
 
@@ -114,7 +113,7 @@ class MemoryMonitor(Callback):
     """
 
     def __init__(self, update_interval: float = 0.25, max_points: int = 600, log_to_logger: bool = True,
-                 auto_display: bool = True, reset_peak: bool = True, plan: Plan | None = None) -> None:
+                 auto_display: bool = True, reset_peak: bool = True, plan: Any = None) -> None:  # an hpu_nb.plan.Plan
         self.plan_reference = plan_reference(plan)
         self.update_interval = _checked_update_interval(update_interval)
         self.history = ChartHistory(_checked_max_points(max_points))

@@ -10,10 +10,9 @@ measured: the figure is labelled "estimated from plan FLOPs".
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
-
-from hpu_nb.plan import Plan
 
 MFU_LABEL = "MFU (estimated from plan FLOPs)"
 PLANNED_LABEL = "planned peak (hpu_nb.plan, estimate)"
@@ -47,7 +46,10 @@ def plan_reference(plan: Any) -> PlanReference | None:
     """The reference of `plan` (an hpu_nb.plan.Plan, or None)."""
     if plan is None:
         return None
-    if not isinstance(plan, Plan):
+    # Not imported: the monitor is shared by both flavours (lightning, pytorch_lightning) and the planner imports
+    # hpu_nb.core (lightning's); a Plan can only exist once hpu_nb.plan has been imported.
+    plan_class = getattr(sys.modules.get("hpu_nb.plan"), "Plan", None)
+    if plan_class is None or not isinstance(plan, plan_class):
         raise TypeError(f"plan must be an hpu_nb.plan.Plan (from hpu_nb.plan(model, batch, ...)), got "
                         f"{type(plan).__name__}.")
     gen = plan.generation
