@@ -142,7 +142,7 @@ def test_04_text_names_what_the_chart_and_summary_show() -> None:
     i = nb.cell("callbacks=[monitor]")
     summary = nb.out(i, "text/plain")
     assert "per step (median, as the chart)" in summary and "wall clock over" in summary
-    assert "throughput per step (samples/s)" in js
+    assert "throughput per step, samples/s" in js and "throughput per step (samples/s; a smoothed line" in nb.markdown()
     html = nb.out(i, "text/html")
     assert 'data-hpu-snapshot="MemoryMonitor"' in html and "<svg" in html
     assert 'data-hpu-snapshot="Trainer configuration"' in nb.out(nb.cell("cfg = hpu_nb.TrainerConfigWidget"),
