@@ -17,7 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ASK_TENSORBOARD = """
 import json, time, urllib.request
 from tensorboard import manager
-mine = [info for info in manager.get_all() if info.logdir == str(LOGS)]
+for _ in range(90):  # TensorBoard writes its info file once it serves: later than the magic returns on a busy machine
+    mine = [info for info in manager.get_all() if info.logdir == str(LOGS)]
+    if mine:
+        break
+    time.sleep(1)
 runs = None
 for _ in range(60):  # the plugin reads the traces in the background
     body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{mine[0].port}/data/plugin/pytorch_profiler/runs",
