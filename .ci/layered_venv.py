@@ -47,7 +47,9 @@ def extra_requirements(base_python: str, extra: str) -> list[str]:
     return found
 
 
-def main(base_python: str, target: Path, extra: str) -> None:
+def create_layer(base_python: str, target: Path) -> Path:
+    """A new venv at `target` that sees `base_python`'s packages, with `target/constraints.txt` pinning every one of
+    them; returns its python. Also used by tools/ (the tutorials and lightning-habana runners' layers)."""
     if target.exists():
         shutil.rmtree(target)  # a half-made environment from an interrupted run is not reused
     venv.EnvBuilder(with_pip=True).create(target)
@@ -58,11 +60,15 @@ def main(base_python: str, target: Path, extra: str) -> None:
     # (hpu_nb's editable finder, its habana_frameworks autoload). The layer's own packages come first on sys.path.
     lines = [f"import site; site.addsitedir({d!r})" for d in base_site_dirs(base_python)]
     (Path(own_site) / "_hpu_nb_base_environment.pth").write_text("\n".join(lines) + "\n")
-    constraints = target / "constraints.txt"
-    constraints.write_text(base_constraints(base_python))
-    requirements = extra_requirements(base_python, extra)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(constraints), *requirements], check=True)
+    (target / "constraints.txt").write_text(base_constraints(base_python))
+    return python
 
+
+def main(base_python: str, target: Path, extra: str) -> None:
+    python = create_layer(base_python, target)
+    requirements = extra_requirements(base_python, extra)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(target / "constraints.txt"), *requirements],
+                   check=True)
 
 if __name__ == "__main__":
     if len(sys.argv) != 4:

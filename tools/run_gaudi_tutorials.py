@@ -221,18 +221,7 @@ def setup() -> None:
     sys.path.insert(0, str(ROOT / ".ci"))
     import layered_venv
 
-    base = str(BASE_VENV / "bin" / "python")
-    if VENV.exists():
-        shutil.rmtree(VENV)
-    import venv
-
-    venv.EnvBuilder(with_pip=True).create(VENV)
-    python = VENV / "bin" / "python"
-    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    lines = [f"import site; site.addsitedir({d!r})" for d in layered_venv.base_site_dirs(base)]
-    (Path(own) / "_hpu_nb_base_environment.pth").write_text("\n".join(lines) + "\n")
-    (VENV / "constraints.txt").write_text(layered_venv.base_constraints(base))
+    python = layered_venv.create_layer(str(BASE_VENV / "bin" / "python"), VENV)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(VENV / "constraints.txt"), *LAYER_PACKAGES],
                    check=True)
     write_scripts()

@@ -378,19 +378,9 @@ def run_examples(checkout: Path, cards: int, out: Path, timeout: int, only: str 
 def setup() -> None:
     """.venv-lightning-habana over .venv: the base's packages through a .pth, every base package pinned."""
     sys.path.insert(0, str(ROOT / ".ci"))
-    import venv
-
     import layered_venv
 
-    if VENV.exists():
-        shutil.rmtree(VENV)
-    venv.EnvBuilder(with_pip=True).create(VENV)
-    python = VENV / "bin" / "python"
-    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    lines = [f"import site; site.addsitedir({d!r})" for d in layered_venv.base_site_dirs(str(BASE_PYTHON))]
-    (Path(own) / "_hpu_nb_base_environment.pth").write_text("\n".join(lines) + "\n")
-    (VENV / "constraints.txt").write_text(layered_venv.base_constraints(str(BASE_PYTHON)))
+    python = layered_venv.create_layer(str(BASE_PYTHON), VENV)
     # $TORCH_CPU_INDEX (torch's CPU index, as .ci/cpu_torch.py takes it) where given: torchvision's CPU build
     cpu_index = os.environ.get("TORCH_CPU_INDEX")
     index = ["--extra-index-url", cpu_index, "torchvision"] if cpu_index else []
