@@ -79,6 +79,12 @@ class HPUProfiler(PyTorchProfiler):
         self._batch_block: Any = None  # the open catch of file descriptor 2 around one training batch
         super().__init__(dirpath=dirpath, filename=filename, **kwargs)
 
+    @override
+    def __del__(self) -> None:
+        """Lightning's tears down at collection; an HPUProfiler refused in __init__ (HABANA_PROFILE) never set up."""
+        if hasattr(self, "_stage"):
+            super().__del__()
+
     # -- what we ask of torch.profiler ---------------------------------------------------------
     @override
     def _default_activities(self) -> list[Any]:

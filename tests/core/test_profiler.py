@@ -3,10 +3,12 @@ HABANA_PROFILE, and the Gaudi path (HPU activity requested) against the fake hab
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import lightning as L
 import pytest
@@ -127,6 +129,12 @@ def test_habana_profile_is_refused_as_lightning_habana_did(monkeypatch):
         with pytest.raises(kind, match="^`HABANA_PROFILE` should not be set when using `HPUProfiler`: "
                                        "HABANA_PROFILE='1' turns on Habana's own profiler"):
             HPUProfiler()
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(AssertionError):
+        HPUProfiler()
+    gc.collect()
+    assert unraisable == []  # the refused profiler is collected without Lightning's teardown failing in __del__
     for ok in ("profile_api_light", ""):
         monkeypatch.setenv("HABANA_PROFILE", ok)
         with warnings.catch_warnings():

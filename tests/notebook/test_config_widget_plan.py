@@ -5,6 +5,7 @@ the form's. Driven from Python through the widgets' own controls (no browser).""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import pytest
@@ -126,19 +127,30 @@ def test_plans_run_between_cells_only(monkeypatch: pytest.MonkeyPatch) -> None:
     widget = TrainerConfigWidget(model=MLP(), batch=batches("mlp", 4))
     planner = widget._planner
     planned: list[int] = []
+    in_flight, release = threading.Event(), threading.Event()
 
-    def counted(model: Any, batch: Any, **kwargs: Any) -> Any:  # the real planner, counted
+    def counted(model: Any, batch: Any, **kwargs: Any) -> Any:  # the real planner, counted; 3 cards' plan held
         planned.append(kwargs["devices"])
+        if kwargs["devices"] == 3:
+            in_flight.set()
+            release.wait(WAIT_S)
         return hpu_nb.plan(model, batch, **kwargs)
 
     monkeypatch.setattr(plan_verdict, "plan", counted)
-    planner._timer.join()  # the first request came due: its plan is in flight (or done)
-    planner.pause()  # a cell starts: it returns once no plan runs
-    assert planner._worker is None and widget.plan_state == "done"
+    widget.controls["devices"].value = 3
+    assert in_flight.wait(WAIT_S)  # the worker took this request: its plan is in flight
+    cell = threading.Thread(target=planner.pause)  # a cell starts while it plans
+    cell.start()
+    cell.join(0.2)
+    assert cell.is_alive() and widget.plan_state == "planning"  # the cell waits: the plan is held
+    release.set()
+    cell.join(WAIT_S)
+    assert not cell.is_alive() and planner._worker is None
+    assert widget.plan_state == "done" and "on 3 × " in widget.plan_verdict
 
     widget.controls["devices"].value = 2  # a change while the cell runs
     planner._timer.join()  # came due: it waits for the cell to end
-    assert planner._worker is None and widget.plan_state == "planning" and planned in ([], [1])
+    assert planner._worker is None and widget.plan_state == "planning" and planned[-1] == 3
     planner.resume()  # the cell ended
     widget.wait_for_plan(WAIT_S)
     assert planned[-1] == 2 and "on 2 × " in widget.plan_verdict
