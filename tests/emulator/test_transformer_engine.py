@@ -127,16 +127,16 @@ def test_bf16_input_matmuls_stay_inside_the_fp8_layers(te) -> None:
 
 
 def _reference_fp8_linear(x, weight, bias, sx, sw):
-    """What te.Linear computes, written with float8 casts and torch._scaled_mm (the reference path)."""
+    """What te.Linear computes, written with float8 casts and torch._scaled_mm (the reference path), in float32."""
     out = scaled_mm(quantize(x, sx, FP8[0]), quantize(weight, sw, FP8[0]).t(), sx, sw, torch.float32)
-    return (out + bias.float()).to(torch.bfloat16)
+    return out + bias.float()
 
 
 def test_te_linear_is_the_scaled_mm_reference_forward_and_backward(te) -> None:
     torch.manual_seed(0)
     layer = te.Linear(48, 24)
     x = torch.randn(8, 48) * 2
-    g = torch.randn(8, 24).bfloat16().float()  # the output is bf16: so is the gradient reaching the layer
+    g = torch.randn(8, 24)
     with te.fp8_autocast(enabled=True, fp8_recipe=te.recipe.DelayedScaling(amax_history_len=4)):
         for _ in range(2):  # the second step runs on scales the first step's amaxes chose
             xr = x.clone().requires_grad_()
@@ -151,15 +151,27 @@ def test_te_linear_is_the_scaled_mm_reference_forward_and_backward(te) -> None:
                                               g.abs().max().item()]  # amaxes recorded exactly
     s = [torch.tensor(v) for v in (sx, sw, sg)]
     reference = _reference_fp8_linear(x, layer.weight.detach(), layer.bias.detach(), s[0], s[1])
-    assert out.dtype == torch.bfloat16
-    bf16_ulp = 2.0**-7 * reference.float().abs()
-    assert torch.all((out.float() - reference.float()).abs() <= bf16_ulp + 1e-6)  # same, up to a bf16 rounding edge
+    assert out.dtype == torch.float32  # the activation dtype: float32 in, no autocast
+    assert torch.allclose(out, reference, rtol=1e-5, atol=1e-6)
     gq = quantize(g, s[2], FP8[1])
     grad_x = scaled_mm(gq, quantize(layer.weight.detach(), s[1], FP8[0]), s[2], s[1], torch.float32)
     grad_w = scaled_mm(gq.t().contiguous(), quantize(x, s[0], FP8[0]), s[2], s[0], torch.float32)
     assert torch.allclose(xr.grad, grad_x, rtol=1e-5, atol=1e-6)
     assert torch.allclose(layer.weight.grad, grad_w, rtol=1e-5, atol=1e-6)
     assert torch.allclose(layer.bias.grad, g.sum(0))
+
+
+def test_te_linear_returns_the_activation_dtype(te) -> None:
+    """As the transformer engine's Linear: autocast's dtype where autocast is on, else the input's; the gradient
+    reaching the input has the input's dtype (lightning-habana's tests assert float32 on Gaudi 2)."""
+    layer = te.Linear(16, 8)
+    for dtype, autocast, expected in ((torch.float32, False, torch.float32), (torch.float32, True, torch.bfloat16),
+                                      (torch.bfloat16, False, torch.bfloat16)):
+        x = torch.randn(4, 16, dtype=dtype, requires_grad=True)
+        with te.fp8_autocast(enabled=True), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = layer(x)
+        out.float().sum().backward()
+        assert (out.dtype, x.grad.dtype) == (expected, dtype)
 
 
 def test_te_linear_against_nn_linear(te) -> None:
@@ -177,7 +189,7 @@ def test_te_linear_against_nn_linear(te) -> None:
     x2 = x.clone().requires_grad_()
     ref = linear(x2)
     (ref**2).sum().backward()
-    assert out.dtype == torch.bfloat16
+    assert out.dtype == torch.float32  # the activation dtype
     assert 1e-3 < relative_error(out, ref) < 0.06  # E4M3 forward: 3 mantissa bits, visible and bounded
     assert 1e-3 < relative_error(x1.grad, x2.grad) < 0.15  # E5M2 gradients: 2 mantissa bits
 
@@ -214,7 +226,7 @@ def test_fp8_autocast_nests_and_restores(te) -> None:
     x = torch.randn(4, 8)
     with te.fp8_autocast(enabled=True, fp8_recipe=outer):
         assert state.is_fp8_enabled() and state.get_fp8_recipe() is outer and state.get_fp8_autocast_depth() == 1
-        assert layer(x).dtype == torch.bfloat16
+        assert layer(x).dtype == torch.float32
         with te.fp8_autocast(enabled=False, fp8_recipe=inner):
             assert not state.is_fp8_enabled() and state.get_fp8_recipe() is inner
             assert state.get_fp8_autocast_depth() == 2
@@ -330,9 +342,11 @@ def test_precision_plugin_uses_the_transformer_engine(te) -> None:
         assert state.is_fp8_enabled() and state.get_fp8_recipe().margin == 2
         assert not torch.is_autocast_enabled("hpu")  # lightning-habana's fp8: fp8_autocast only, the rest fp32
         out = model(torch.randn(2, 8))
-    assert out.dtype == torch.bfloat16  # the fp8 layers' output, as Habana's
+    assert out.dtype == torch.float32  # the fp8 layers return the activation dtype, as the plugin's tests assert
+    model.to("hpu")
     with HPUPrecisionPlugin("fp8", bf16_autocast=True).forward_context():  # the opt-in: bf16 autocast around them
         assert te.fp8.FP8GlobalStateManager.is_fp8_enabled() and torch.is_autocast_enabled("hpu")
+        assert model(torch.randn(2, 8, device="hpu")).dtype == torch.bfloat16
 
 
 def test_the_seed_fp8_training_example_runs_as_written(te) -> None:
@@ -378,7 +392,7 @@ def test_the_seed_fp8_training_example_runs_as_written(te) -> None:
     trainer.fit(model)
 
     assert isinstance(model.layer, te.Linear) and model.devices == {"hpu"}
-    assert model.out_dtypes == {torch.bfloat16}
+    assert model.out_dtypes == {torch.float32}  # fp8_autocast only, as the plugin: the activation dtype
     assert len(model.losses) == 128 and int(model.layer.steps) == 127
     first, last = statistics.mean(model.losses[:16]), statistics.mean(model.losses[-16:])
     assert last < 0.5 * first, (first, last)

@@ -121,7 +121,7 @@ def test_02_autocast_sections_print_bf16() -> None:
 def test_02_fp8_ends_where_the_text_says() -> None:
     nb = executed("02_mixed_precision")
     table = nb.out(nb.cell("runs = {p: train(p)"))
-    fp8 = re.search(r"^fp8\s+\[torch\.bfloat16\]\s+([\d.]+)\s+([+-][\d.]+)%", table, re.M)
+    fp8 = re.search(r"^fp8\s+\[torch\.float32\]\s+([\d.]+)\s+([+-][\d.]+)%", table, re.M)
     assert fp8, table
     claim = re.search(r"within (\d+)% of bf16's final\s+loss", nb.markdown())
     assert claim, "02 names how close fp8 ends to bf16"

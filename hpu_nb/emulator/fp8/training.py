@@ -4,8 +4,8 @@ The emulated `habana_frameworks.torch.hpex.experimental.transformer_engine` is b
 `fp8_autocast` / `FP8GlobalStateManager` are `Fp8State` here, its `Linear` is an `Fp8Linear`. Inside an enabled
 fp8 region, Fp8Linear quantises its input and weight to the recipe's forward format (E4M3 for HYBRID) and the incoming
 gradient to the backward format (E5M2 for HYBRID), each with a per-tensor scale from an amax history (delayed scaling:
-this step uses the scale earlier steps chose), multiplies with float32 accumulation and returns bfloat16, as Habana's
-fp8 modules do. The fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast
+this step uses the scale earlier steps chose), multiplies with float32 accumulation and returns the activation dtype
+(`activation_dtype`: autocast's where autocast is on, else the input's), as the transformer engine's Linear does. The fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast
 on a CPU; one C++ pass with the amax where the emulated device's library has it), so the saved activations take
 4 bytes a value where a Gaudi keeps 1; large work tensors are reused from step to step. Outside fp8 it is a plain
 linear.
@@ -14,7 +14,7 @@ On fake tensors (hpu_nb.plan traces the step under FakeTensorMode) there are no 
 read to the host and the delayed-scaling history is not rolled; the layer allocates, op for op, what the layout of
 `Fp8State.traced_layout` holds: "gaudi" (the default: a plan for a Gaudi counts a Gaudi's bytes) models Habana's
 transformer engine (an adaptation of NVIDIA TE 1.x's Linear: cast_to_fp8 writes 1-byte fp8 copies of the input, the
-weight and the incoming gradient, the fp8 GEMM writes the bfloat16 output, dgrad in the input's dtype and wgrad in the
+weight and the incoming gradient, the fp8 GEMM writes the output in the activation dtype, dgrad in the input's dtype and wgrad in the
 weight's directly); "emulated" allocates what this module's eager path does (float32 fp8-valued copies, float32 GEMM
 outputs cast afterwards, work tensors kept between steps), so the trace can be checked against the emulated card.
 """
@@ -40,9 +40,17 @@ from hpu_nb.emulator.fp8.numerics import (
 )
 from hpu_nb.runtime.fp8.recipe import DelayedScaling, as_recipe
 
-OUT_DTYPE = torch.bfloat16
 INPUT, WEIGHT, GRAD = 0, 1, 2
 DEFAULT_HISTORY = DelayedScaling().amax_history_len
+
+
+def activation_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype an fp8 layer returns, as the transformer engine's Linear picks it (NVIDIA TE 1.x, which Habana's
+    adapts): autocast's dtype where autocast is on for the input's device, else the input's own. lightning-habana's
+    tests, run on Gaudi 2, assert float32 outputs and gradients of a te.Linear fed float32 without autocast."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
 
 
 class Fp8State:
@@ -153,6 +161,7 @@ class _Fp8Matmul(torch.autograd.Function):
         recipe: DelayedScaling,
     ) -> torch.Tensor:
         fwd = recipe.fp8_format.forward_dtype
+        out_dtype = activation_dtype(x)
         x2 = x.reshape(-1, x.shape[-1])
         sx, sw, _ = layer.scale.tolist()
         with torch.autocast(x.device.type, enabled=False):  # the plugin's autocast must not lower these matmuls
@@ -170,7 +179,7 @@ class _Fp8Matmul(torch.autograd.Function):
         ctx.layer, ctx.recipe, ctx.sx, ctx.sw, ctx.has_bias = layer, recipe, sx, sw, bias is not None
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
         ctx.b_dtype = bias.dtype if bias is not None else None
-        return out.to(OUT_DTYPE).reshape(*x.shape[:-1], weight.shape[0])
+        return out.to(out_dtype).reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:  # type: ignore[override]
@@ -206,19 +215,20 @@ class _TracedFp8Matmul(torch.autograd.Function):
     ) -> torch.Tensor:
         gaudi = Fp8State.traced_layout == "gaudi"
         fwd = recipe.fp8_format.forward_dtype
+        out_dtype = activation_dtype(x)
         x2 = x.reshape(-1, x.shape[-1])
         with torch.autocast(x.device.type, enabled=False):
-            if gaudi:  # cast_to_fp8 of input and weight, one fp8 GEMM writing bfloat16 with the bias fused
+            if gaudi:  # cast_to_fp8 of input and weight, one fp8 GEMM writing the activation dtype, bias fused
                 xq, wq = x2.to(fwd), weight.to(fwd)
                 inverse = layer.scale.reciprocal()
                 out = torch._scaled_mm(xq, wq.t(), scale_a=inverse[INPUT], scale_b=inverse[WEIGHT],
-                                       out_dtype=OUT_DTYPE)
+                                       out_dtype=out_dtype)
                 if bias is not None:
                     out.add_(bias)
             else:  # as _Fp8Matmul.forward: float32 operands from the layer's buffers, a float32 GEMM, then the cast
                 xq, wq = layer._traced_operand("x", x2), layer._traced_operand("w", weight)
                 out = torch.addmm(bias.float(), xq, wq.t()) if bias is not None else torch.mm(xq, wq.t())
-                out = out.to(OUT_DTYPE)
+                out = out.to(out_dtype)
         if any(ctx.needs_input_grad):
             ctx.save_for_backward(xq, wq)
         elif not gaudi:

@@ -3,7 +3,9 @@
 Since Gaudi software 1.19 Habana's `habana_frameworks.torch.hpex.experimental.transformer_engine` is a shim that
 re-exports this package, so the classes' `__module__` starts with "intel_transformer_engine".
 fp8 is simulated on the CPU: inside fp8_autocast a te.Linear rounds its input and weight through
-float8 (E4M3 forward, per-tensor max-abs scaling) and returns bfloat16, as fp8 modules do on a Gaudi.
+float8 (E4M3 forward, per-tensor max-abs scaling) and returns the activation dtype (autocast's where autocast is on,
+else the input's), as the transformer engine's Linear does (lightning-habana's Gaudi 2 tests assert float32 outputs
+and gradients without autocast).
 """
 
 import contextlib
@@ -28,7 +30,7 @@ def _through_fp8(x, fmt):
 
 
 class Linear(torch.nn.Linear):
-    """Like torch.nn.Linear; under fp8_autocast its matmul sees fp8-rounded operands and it returns bfloat16."""
+    """Like torch.nn.Linear; under fp8_autocast its matmul sees fp8-rounded operands; it returns the activation dtype."""
 
     @_recorded
     def __init__(self, in_features, out_features, bias=True, **kwargs):
@@ -41,8 +43,11 @@ class Linear(torch.nn.Linear):
         rec = FP8GlobalStateManager.get_fp8_recipe()
         if rec is not None and rec.fp8_format == recipe.Format.E5M2:
             fmt = "E5M2"
-        out = torch.nn.functional.linear(_through_fp8(x, fmt), _through_fp8(self.weight, fmt), self.bias)
-        return out.to(torch.bfloat16)
+        device = x.device.type
+        activation = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        with torch.autocast(device, enabled=False):
+            out = torch.nn.functional.linear(_through_fp8(x, fmt), _through_fp8(self.weight, fmt), self.bias)
+        return out.to(activation)
 
 
 @_recorded

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -363,6 +364,25 @@ def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
     if index == peer:
         raise AssertionError("Both the ids are same.")
     return True
+
+
+# -- Habana's own determinism switch (deprecated since 1.19; Habana's DeepSpeed 1.18 calls it at start-up) -----------
+_deterministic = False  # Habana's HPUGlobalConfig flag: its own, not torch.use_deterministic_algorithms'
+
+
+def setDeterministic(val: bool) -> None:  # noqa: N802  (Habana's name)
+    """Habana's flag for its kernels' deterministic variants, with Habana's deprecation warning. The emulated card's
+    kernels are the CPU's, which give the same results run to run, so the flag changes no result here."""
+    global _deterministic
+    warnings.warn("torch.hpu.setDeterministic is deprecated and will be removed in next release. Please use "
+                  "torch.use_deterministic_algorithms instead.", stacklevel=2)
+    _deterministic = bool(val)
+
+
+def getDeterministic() -> bool:  # noqa: N802  (Habana's name)
+    warnings.warn("torch.hpu.getDeterministic is deprecated and will be removed in next release. Please use "
+                  "torch.are_deterministic_algorithms_enabled instead.", stacklevel=2)
+    return _deterministic
 
 
 # -- random numbers (hpu.random, as in Habana's package) -------------------------------------------------------------
