@@ -546,3 +546,19 @@ def test_habana_dataloader_falls_back_to_torchs_with_the_same_batches(capsys, mo
     monkeypatch.setenv("DATALOADER_FALLBACK_EN", "")
     with pytest.raises(RuntimeError, match="DATALOADER_FALLBACK_EN is empty"):
         habana_dataloader.HabanaDataLoader(dataset, batch_size=4)
+
+
+def test_set_deterministic_keeps_habanas_own_flag_with_its_deprecation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Habana's DeepSpeed 1.18 calls hpu.setDeterministic(True) when its accelerator is made (at `import deepspeed`).
+    Habana's flag is its own (HPUGlobalConfig), not torch's deterministic-algorithms switch; both calls warn."""
+    import habana_frameworks.torch.hpu as hthpu
+
+    monkeypatch.setattr(hthpu, "_deterministic", False)
+    before = torch.are_deterministic_algorithms_enabled()
+    with pytest.warns(UserWarning, match="torch.hpu.getDeterministic is deprecated"):
+        assert hthpu.getDeterministic() is False
+    with pytest.warns(UserWarning, match="torch.hpu.setDeterministic is deprecated.*use_deterministic_algorithms"):
+        torch.hpu.setDeterministic(True)
+    with pytest.warns(UserWarning):
+        assert torch.hpu.getDeterministic() is True
+    assert torch.are_deterministic_algorithms_enabled() == before
