@@ -64,6 +64,7 @@ def main() -> int:
     parser.add_argument("--stuck-how", default="sleep", choices=HOW)
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=-1)
+    parser.add_argument("--ckpt", default=None, help="fabric.save the model there, then fabric.load it back")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,6 +112,10 @@ def train(fabric, args: argparse.Namespace, out: Path) -> None:
         optimizer.step()
         losses.append(float(loss.detach()))
 
+    loaded_step = None
+    if args.ckpt:  # a checkpoint round trip: saved, then loaded back into the same objects
+        fabric.save(args.ckpt, {"model": model, "step": len(losses)})  # (FSDP cannot load plain SGD's empty state)
+        loaded_step = fabric.load(args.ckpt, {"model": model})["step"]
     rank_sum = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
     mean_loss = fabric.all_reduce(torch.tensor(losses[-1]), reduce_op="mean")
     params = {}
@@ -134,6 +139,7 @@ def train(fabric, args: argparse.Namespace, out: Path) -> None:
     report = {
         "rank": fabric.global_rank,
         "world_size": fabric.world_size,
+        "loaded_step": loaded_step,
         "strategy": type(fabric.strategy).__name__,
         "strategy_module": type(fabric.strategy).__module__,
         "accelerator": type(fabric.accelerator).__name__,

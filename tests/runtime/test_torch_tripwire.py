@@ -66,3 +66,23 @@ def test_the_flight_recorder_still_skips_groups_of_self_recording_backends() -> 
     assert "_FR_SELF_RECORDING_BACKENDS" in inspect.getsource(attach)
     hccl.register()
     assert hccl.BACKEND_NAME in c10d._FR_SELF_RECORDING_BACKENDS
+
+
+def test_sharded_tensor_device_is_still_torchs_rule_that_hpu_nb_repeats() -> None:
+    """core.strategy_parts.fsdp._sharded_tensor_device repeats torch's ShardedTensor.device rule (local shard, gloo's
+    CPU, else CUDA) with the HCCL group's HPU inserted, and registers it with torch's public custom-op hook, which
+    dispatch consults before the built-in table."""
+    from torch.distributed._shard.sharded_tensor import api
+    from torch.distributed._shard.sharded_tensor._ops import tensor_ops
+
+    rule = inspect.getsource(tensor_ops.tensor_device)
+    for part in ("self_st._local_shards[0].tensor.device", 'pg._get_backend_name() == "gloo"',
+                 'torch.device("cpu")', "torch.device(torch.cuda.current_device())"):
+        assert part in rule, f"torch's ShardedTensor.device rule changed: {part!r} is gone"
+    dispatch = inspect.getsource(api.ShardedTensor.__torch_function__)
+    assert dispatch.index("_CUSTOM_SHARDED_OPS") < dispatch.index("_SHARDED_OPS[func]")
+
+    from hpu_nb.core.strategy_parts.fsdp import sharded_tensors_on_hpu
+
+    sharded_tensors_on_hpu()
+    assert torch.Tensor.device.__get__ in api._CUSTOM_SHARDED_OPS

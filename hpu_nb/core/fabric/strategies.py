@@ -19,14 +19,14 @@ from lightning.fabric.strategies.fsdp import FSDPStrategy
 from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.fabric.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.fabric.strategies.single_device import SingleDeviceStrategy
-from lightning.fabric.utilities.types import _DEVICE
+from lightning.fabric.utilities.types import _DEVICE, _PATH
 from typing_extensions import override
 
 from hpu_nb.core import noise
 from hpu_nb.core.accelerator import HPUAccelerator
 from hpu_nb.core.fabric import worker_result
 from hpu_nb.core.fabric.precision import HPUFSDPPrecision
-from hpu_nb.core.strategy_parts.fsdp import check_eager_mode
+from hpu_nb.core.strategy_parts.fsdp import check_eager_mode, sharded_tensors_on_hpu
 from hpu_nb.core.strategy_parts.guards import HPUAcceleratorOnly, HPUCheckpointIODefault
 from hpu_nb.core.strategy_parts.interrupts import stopped_message
 from hpu_nb.core.strategy_parts.launchers import ProcessStartMethod, ScriptLivenessMixin, WorkerLivenessMixin
@@ -159,6 +159,7 @@ class HPUFSDPStrategy(_FabricParallel, HPUAcceleratorOnly, FSDPStrategy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_eager_mode()
+        sharded_tensors_on_hpu()
         if kwargs.get("precision") is not None:
             kwargs["precision"] = HPUFSDPPrecision.from_plugin(kwargs["precision"])
         super().__init__(*args, **kwargs)
@@ -181,6 +182,19 @@ class HPUFSDPStrategy(_FabricParallel, HPUAcceleratorOnly, FSDPStrategy):
     def setup_environment(self) -> None:
         check_eager_mode()
         super().setup_environment()
+
+    # torch 2.13's FutureWarnings on the state-dict APIs Lightning's FSDP checkpointing calls (core.noise)
+    @override
+    def save_checkpoint(self, path: _PATH, state: dict[str, Any], storage_options: Any | None = None,
+                        filter: dict[str, Callable[[str, Any], bool]] | None = None) -> None:
+        with noise.quiet_fsdp_state_dicts():
+            super().save_checkpoint(path, state, storage_options=storage_options, filter=filter)
+
+    @override
+    def load_checkpoint(self, path: _PATH, state: Any = None, strict: bool = True,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        with noise.quiet_fsdp_state_dicts():
+            return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
 
     @classmethod
     @override

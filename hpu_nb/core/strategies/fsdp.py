@@ -25,6 +25,7 @@ from torch.distributed.fsdp.api import FullOptimStateDictConfig
 from torch.distributed.fsdp.wrap import enable_wrap
 from typing_extensions import override
 
+from hpu_nb.core.noise import quiet_fsdp_state_dicts
 from hpu_nb.core.strategies.launchers import HPUMultiProcessingLauncher
 from hpu_nb.core.strategies.parallel import HPUTrainerParallelMixin
 from hpu_nb.core.strategy_parts.fsdp import (
@@ -32,6 +33,7 @@ from hpu_nb.core.strategy_parts.fsdp import (
     HPUFSDPPrecisionMixin,
     check_eager_mode,
     fsdp_issues,
+    sharded_tensors_on_hpu,
     validate_fsdp_precision,
 )
 
@@ -65,6 +67,7 @@ class HPUFSDPStrategy(HPUTrainerParallelMixin, FSDPStrategy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_eager_mode()
+        sharded_tensors_on_hpu()
         super().__init__(*args, **kwargs)
 
     hpu_precision_plugin: ClassVar[type[HPUFSDPPrecision]] = HPUFSDPPrecision  # what Trainer(precision=...) gets
@@ -188,22 +191,24 @@ class _FSDPMultiProcessingLauncher(HPUMultiProcessingLauncher):
 @contextmanager
 def _full_state_dict_offload(offload: bool) -> Generator[None, None, None]:
     """Lightning always asks FSDP for offload_to_cpu=True full state dicts; on a CPU device that frees storage still in
-    use (a segfault in torch 2.13). Scoped to one call: Lightning's helper with offload_to_cpu=False on the CPU."""
-    if offload:
-        yield
-        return
-    original = pl_fsdp._get_full_state_dict_context
+    use (a segfault in torch 2.13). Scoped to one call: Lightning's helper with offload_to_cpu=False on the CPU. Both
+    go through FSDP.state_dict_type, deprecated by torch 2.13 with a FutureWarning no user can act on (core.noise)."""
+    with quiet_fsdp_state_dicts():
+        if offload:
+            yield
+            return
+        original = pl_fsdp._get_full_state_dict_context
 
-    def without_offload(module: Any, world_size: int, rank0_only: bool = True) -> Any:
-        return FullyShardedDataParallel.state_dict_type(
-            module=module,
-            state_dict_type=StateDictType.FULL_STATE_DICT,
-            state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
-            optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
-        )
+        def without_offload(module: Any, world_size: int, rank0_only: bool = True) -> Any:
+            return FullyShardedDataParallel.state_dict_type(
+                module=module,
+                state_dict_type=StateDictType.FULL_STATE_DICT,
+                state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+                optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+            )
 
-    pl_fsdp._get_full_state_dict_context = without_offload
-    try:
-        yield
-    finally:
-        pl_fsdp._get_full_state_dict_context = original
+        pl_fsdp._get_full_state_dict_context = without_offload
+        try:
+            yield
+        finally:
+            pl_fsdp._get_full_state_dict_context = original

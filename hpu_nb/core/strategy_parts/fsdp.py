@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 else:
     FSDPPrecisionHost = object  # a base for the type checker only (hosts.py)
 
-__all__ = ["FSDP_PRECISIONS", "HPUFSDPPrecisionMixin", "check_eager_mode", "fsdp_issues", "validate_fsdp_precision"]
+__all__ = ["FSDP_PRECISIONS", "HPUFSDPPrecisionMixin", "check_eager_mode", "fsdp_issues", "sharded_tensors_on_hpu",
+           "validate_fsdp_precision"]
 
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 
@@ -69,6 +70,37 @@ def validate_fsdp_precision(precision: str | int) -> str:
     for issue in generation_issues(unified, get_backend()):
         raise ValueError(issue.message)
     return unified
+
+
+# -- sharded checkpoints: torch's ShardedTensor asks CUDA for the device of a rank that holds no shard ---------------
+def _sharded_tensor_device(types: Any, args: Any = (), kwargs: Any = None, pg: Any = None) -> torch.device:
+    """`ShardedTensor.device` as torch's own rule (torch/distributed/_shard/sharded_tensor/_ops/tensor_ops.py
+    `tensor_device`: the local shard's device, the CPU for gloo, else `torch.cuda.current_device()`), with the HCCL
+    group's device, the current HPU, where torch would ask CUDA: a rank with no shard of a small parameter (a bias of
+    fewer elements than ranks) otherwise fails a sharded checkpoint's load with "Torch not compiled with CUDA enabled",
+    on a Gaudi as on the emulated one."""
+    sharded = args[0]
+    if sharded._local_shards:
+        return sharded._local_shards[0].tensor.device
+    backend = pg._get_backend_name() if pg is not None else None
+    if backend == "gloo":
+        return torch.device("cpu")
+    if backend == "hccl":
+        return torch.device("hpu", torch.hpu.current_device())  # type: ignore[attr-defined]
+    return torch.device(torch.cuda.current_device())
+
+
+def sharded_tensors_on_hpu() -> None:
+    """Register `_sharded_tensor_device` with torch's public hook for custom ShardedTensor ops (idempotent)."""
+    from torch.distributed._shard.sharded_tensor import custom_sharded_op_impl
+
+    global _SHARDED_DEVICE_REGISTERED
+    if not _SHARDED_DEVICE_REGISTERED:
+        custom_sharded_op_impl(torch.Tensor.device.__get__)(_sharded_tensor_device)  # type: ignore[attr-defined]
+        _SHARDED_DEVICE_REGISTERED = True
+
+
+_SHARDED_DEVICE_REGISTERED = False
 
 
 class HPUFSDPPrecisionMixin(FSDPPrecisionHost):
