@@ -7,6 +7,7 @@ import os
 import pytest
 
 import hpu_nb.runtime as runtime
+from hpu_nb.emulator.fp8 import inc_log
 from tests.helpers.cpu_info_once import ask_cpu_info_once
 from tests.helpers.notebook_runs import record_nbmake_runs
 from tests.suite_marks import MeasuredSlow
@@ -36,8 +37,12 @@ def fresh_backend(monkeypatch: pytest.MonkeyPatch):
     before = dict(os.environ)
     for name in HPU_ENV:
         monkeypatch.delenv(name, raising=False)
+    # fp8 inference logs where INC does, ~/.habana_logs/inc_log.txt without HABANA_LOGS: off unless a test asks for it
+    monkeypatch.setenv("LOG_LEVEL_INC", "6")
+    inc_log.reset()
     runtime.reset_backend()
     yield
+    inc_log.reset()
     runtime.reset_backend()
     _restore_default_autocast_lists()
     monkeypatch.undo()  # the test's own setenv / delenv are not leaks

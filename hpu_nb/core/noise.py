@@ -10,11 +10,11 @@ call (never with a process-wide filter).
 - DeepSpeed's "You are using ZeRO with an untested optimizer, proceed with caution": Lightning allows any optimizer
   (`zero_allow_untested_optimizer`); the record is dropped from DeepSpeed's logger while `deepspeed.initialize` runs.
 - torch's "FSDP.state_dict_type() and FSDP.set_state_dict_type() are being deprecated" and, for sharded state dicts,
-  "Please use DTensor instead and we are deprecating ShardedTensor", and torch.distributed.checkpoint's "`load_state_dict`
-  is deprecated" (torch 2.13, FutureWarnings): Lightning 2.6's FSDPStrategy makes every checkpoint's state dicts
-  through that context and those tensors, and Fabric's loads them with that function, as hpu_nb's
-  full-state-dict helper does; ignored around HPUFSDPStrategy's state-dict, optimizer-state and checkpoint-loading calls, so a run
-  under `-W error::FutureWarning` (lightning-habana's pytest settings) still checkpoints.
+  "Please use DTensor instead and we are deprecating ShardedTensor", and torch.distributed.checkpoint's
+  "`load_state_dict` is deprecated" (torch 2.13, FutureWarnings): Lightning 2.6's FSDPStrategy makes every checkpoint's
+  state dicts through that context and those tensors, and Fabric's loads them with that function, as hpu_nb's
+  full-state-dict helper does; ignored around HPUFSDPStrategy's state-dict, optimizer-state and checkpoint-loading
+  calls, so a run under `-W error::FutureWarning` (lightning-habana's pytest settings) still checkpoints.
 - Lightning's all_gather goes through torch's deprecated `torch.distributed.nn.functional.all_gather` (a warning per
   call site): ignored around MemoryMonitor's gather of the ranks' memory (hpu_nb.notebook.memory_monitor).
 

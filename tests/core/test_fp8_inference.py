@@ -671,3 +671,31 @@ def test_the_plugins_errors_keep_its_types_and_first_words(tmp_path, fresh_fp8_p
         HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=None, fp8_data_path=str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"^Failed to load file .*maxabs_quant\.json: "):
         HPUPrecisionPlugin("fp8").convert_modules(make_model(), inference=True, quant=True, fp8_data_path=str(tmp_path))
+
+
+def test_measure_and_quantize_log_where_inc_logs_on_a_gaudi(tmp_path, monkeypatch, fresh_fp8_process) -> None:
+    """INC keeps `$HABANA_LOGS[/<HLS_ID>][/<ID>]/inc_log.txt`, appended at each step with its configuration and module
+    count (lightning-habana's test looks for the file); the emulated lines say they are the emulation's."""
+    from hpu_nb.core.fp8.convert import convert_modules
+    from hpu_nb.emulator.fp8 import inc_log
+
+    monkeypatch.delenv("LOG_LEVEL_INC")
+    monkeypatch.setenv("HABANA_LOGS", str(tmp_path / "logs"))
+    monkeypatch.setenv("ID", "1")  # a rank's own folder, as INC's rule
+    convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))
+    log = tmp_path / "logs" / "1" / "inc_log.txt"
+    first = log.read_text()
+    assert "[INC][INFO] hpu_nb emulated Gaudi (INC-style fp8, not Intel Neural Compressor): measure" in first
+    assert "neural_compressor_pt Configuration = {" in first and "Total modules : 3" in first  # its 3 Linear layers
+    convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))
+    assert log.read_text().startswith(first) and log.stat().st_size > len(first.encode())  # appended
+
+    inc_log.reset()
+    monkeypatch.setenv("LOG_LEVEL_INC", "6")  # INC's "off"
+    monkeypatch.setenv("HABANA_LOGS", str(tmp_path / "quiet"))
+    convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))
+    assert not (tmp_path / "quiet").exists()
+    inc_log.reset()
+    monkeypatch.setenv("LOG_LEVEL_INC", "verbose")
+    with pytest.raises(ValueError, match="Wrong Log Level value: 'verbose'. Must be an integer 0-6"):
+        convert_modules(make_model(), inference=True, quant=False, fp8_data_path=str(tmp_path / "fp8"))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch.distributed._shard.sharded_tensor import custom_sharded_op_impl
 from torch.distributed.fsdp import MixedPrecision
 from typing_extensions import override
 
@@ -81,7 +82,8 @@ def _sharded_tensor_device(types: Any, args: Any = (), kwargs: Any = None, pg: A
     on a Gaudi as on the emulated one."""
     sharded = args[0]
     if sharded._local_shards:
-        return sharded._local_shards[0].tensor.device
+        local: torch.Tensor = sharded._local_shards[0].tensor
+        return local.device
     backend = pg._get_backend_name() if pg is not None else None
     if backend == "gloo":
         return torch.device("cpu")
@@ -92,11 +94,9 @@ def _sharded_tensor_device(types: Any, args: Any = (), kwargs: Any = None, pg: A
 
 def sharded_tensors_on_hpu() -> None:
     """Register `_sharded_tensor_device` with torch's public hook for custom ShardedTensor ops (idempotent)."""
-    from torch.distributed._shard.sharded_tensor import custom_sharded_op_impl
-
     global _SHARDED_DEVICE_REGISTERED
     if not _SHARDED_DEVICE_REGISTERED:
-        custom_sharded_op_impl(torch.Tensor.device.__get__)(_sharded_tensor_device)  # type: ignore[attr-defined]
+        custom_sharded_op_impl(torch.Tensor.device.__get__)(_sharded_tensor_device)  # type: ignore[no-untyped-call]
         _SHARDED_DEVICE_REGISTERED = True
 
 

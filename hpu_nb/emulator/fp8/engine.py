@@ -11,6 +11,7 @@ replaces each measured nn.Linear by Fp8QuantLinear: a static input scale from th
 float8, per-tensor scales by the config's scale method as INC computes them on the emulated card's generation
 (numerics.inc_scale: Gaudi2's e4m3 full scale 240 and its 4 hardware-aligned scales, Gaudi3's 448). What INC can do
 and this emulation cannot (per-channel or optimised scales, other observers, other module types) is refused by name.
+Each measure and quantize step is logged where INC logs on a Gaudi (`$HABANA_LOGS/inc_log.txt`: inc_log).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from hpu_nb.emulator.fp8 import inc_log
 from hpu_nb.emulator.fp8.numerics import INC_BACKOFF, amax, inc_scale, quantize, scaled_mm
 from hpu_nb.emulator.fp8.training import Fp8Linear, active_recipe, emulated_fp8_autocast, fp8_enabled  # noqa: F401
 from hpu_nb.runtime.fp8 import Fp8Engine, Fp8EngineError
@@ -151,6 +153,7 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
             raise Fp8EngineError(f"No module of {type(model).__name__} is selected for fp8 by the allowlist"
                                  f" {config['allowlist']} and blocklist {config['blocklist']}.")
         self._recorders[model] = _Recorder(modules)
+        inc_log.log_step("measure", config, len(modules))
         return model
 
     def finish_measurement(self, model: Any, config: Mapping[str, Any], path: Path) -> Path:
@@ -178,6 +181,7 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
     def quantize(self, model: Any, config: Mapping[str, Any], measurements: Mapping[str, Any] | None) -> Any:
         assert measurements is not None
         modules = _check_against_measurements(model, config, measurements)
+        inc_log.log_step("quantize", config, len(modules))
         for name, module in modules.items():
             node = measurements["Nodes"][name]
             _set_submodule(model, name, Fp8QuantLinear(module, float(node["inputs"][0]), config["scale_method"]))

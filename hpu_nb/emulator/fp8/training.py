@@ -5,18 +5,19 @@ The emulated `habana_frameworks.torch.hpex.experimental.transformer_engine` is b
 fp8 region, Fp8Linear quantises its input and weight to the recipe's forward format (E4M3 for HYBRID) and the incoming
 gradient to the backward format (E5M2 for HYBRID), each with a per-tensor scale from an amax history (delayed scaling:
 this step uses the scale earlier steps chose), multiplies with float32 accumulation and returns the activation dtype
-(`activation_dtype`: autocast's where autocast is on, else the input's), as the transformer engine's Linear does. The fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast
-on a CPU; one C++ pass with the amax where the emulated device's library has it), so the saved activations take
-4 bytes a value where a Gaudi keeps 1; large work tensors are reused from step to step. Outside fp8 it is a plain
-linear.
+(`activation_dtype`: autocast's where autocast is on, else the input's), as the transformer engine's Linear does. The
+fp8 values are held in float32 (numerics.round_to_fp8_grid: the same values as float8 casts, fast on a CPU; one C++ pass
+with the amax where the emulated device's library has it), so the saved activations take 4 bytes a value where a Gaudi
+keeps 1; large work tensors are reused from step to step. Outside fp8 it is a plain linear.
 
 On fake tensors (hpu_nb.plan traces the step under FakeTensorMode) there are no values: no amax is taken, no scale is
 read to the host and the delayed-scaling history is not rolled; the layer allocates, op for op, what the layout of
 `Fp8State.traced_layout` holds: "gaudi" (the default: a plan for a Gaudi counts a Gaudi's bytes) models Habana's
 transformer engine (an adaptation of NVIDIA TE 1.x's Linear: cast_to_fp8 writes 1-byte fp8 copies of the input, the
-weight and the incoming gradient, the fp8 GEMM writes the output in the activation dtype, dgrad in the input's dtype and wgrad in the
-weight's directly); "emulated" allocates what this module's eager path does (float32 fp8-valued copies, float32 GEMM
-outputs cast afterwards, work tensors kept between steps), so the trace can be checked against the emulated card.
+weight and the incoming gradient, the fp8 GEMM writes the output in the activation dtype, dgrad in the input's dtype and
+wgrad in the weight's directly); "emulated" allocates what this module's eager path does (float32 fp8-valued copies,
+float32 GEMM outputs cast afterwards, work tensors kept between steps), so the trace can be checked against the emulated
+card.
 """
 
 from __future__ import annotations

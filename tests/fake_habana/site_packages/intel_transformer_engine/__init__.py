@@ -30,7 +30,8 @@ def _through_fp8(x, fmt):
 
 
 class Linear(torch.nn.Linear):
-    """Like torch.nn.Linear; under fp8_autocast its matmul sees fp8-rounded operands; it returns the activation dtype."""
+    """Like torch.nn.Linear; under fp8_autocast its matmul sees fp8-rounded operands and it returns the activation
+    dtype."""
 
     @_recorded
     def __init__(self, in_features, out_features, bias=True, **kwargs):

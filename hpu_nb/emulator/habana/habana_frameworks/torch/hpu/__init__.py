@@ -370,7 +370,7 @@ def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
 _deterministic = False  # Habana's HPUGlobalConfig flag: its own, not torch.use_deterministic_algorithms'
 
 
-def setDeterministic(val: bool) -> None:  # noqa: N802  (Habana's name)
+def setDeterministic(val: bool) -> None:
     """Habana's flag for its kernels' deterministic variants, with Habana's deprecation warning. The emulated card's
     kernels are the CPU's, which give the same results run to run, so the flag changes no result here."""
     global _deterministic
@@ -379,7 +379,7 @@ def setDeterministic(val: bool) -> None:  # noqa: N802  (Habana's name)
     _deterministic = bool(val)
 
 
-def getDeterministic() -> bool:  # noqa: N802  (Habana's name)
+def getDeterministic() -> bool:
     warnings.warn("torch.hpu.getDeterministic is deprecated and will be removed in next release. Please use "
                   "torch.are_deterministic_algorithms_enabled instead.", stacklevel=2)
     return _deterministic
