@@ -129,8 +129,10 @@ def test_ray_narrowing_each_worker_to_its_own_card_is_habana_s_clear_error(monke
         monkeypatch.delenv(name, raising=False)
     HPUAcceleratorManager.set_current_process_visible_accelerator_ids(["1"])  # what Ray does in worker 1
     assert os.environ["HABANA_VISIBLE_MODULES"] == "1"
-    with pytest.raises(AssertionError, match=f"local rank 1 but HABANA_VISIBLE_MODULES='1'.*{RAY_NOSET}=1"):
+    with pytest.raises(AssertionError, match=f"local rank 1 but HABANA_VISIBLE_MODULES='1'.*{RAY_NOSET}=1") as raised:
         hccl.initialize_distributed_hpu(world_size=2, rank=1, local_rank=1)
+    assert str(raised.value).startswith("There is not enough devices\n        available for training. Please verify if "
+                                        "HABANA_VISIBLE_MODULES\n        is set correctly.")  # Habana's words first
     assert "HLS_MODULE_ID" not in os.environ
 
     monkeypatch.delenv("HABANA_VISIBLE_MODULES")

@@ -562,3 +562,19 @@ def test_set_deterministic_keeps_habanas_own_flag_with_its_deprecation(monkeypat
     with pytest.warns(UserWarning):
         assert torch.hpu.getDeterministic() is True
     assert torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_too_few_visible_modules_is_habanas_assertion_word_for_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Habana's HCCL module asserts with this text (line breaks and indentation included); lightning-habana's
+    multi-tenancy test looks for it in a failed tenant's error. hpu_nb's explanation follows it."""
+    import habana_frameworks.torch.distributed.hccl as hccl
+
+    monkeypatch.delenv("HLS_MODULE_ID", raising=False)
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "0,1")
+    with pytest.raises(AssertionError) as raised:
+        hccl.initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)
+    expected = """There is not enough devices
+        available for training. Please verify if HABANA_VISIBLE_MODULES
+        is set correctly."""
+    assert str(raised.value).startswith(expected) and "local rank 2 but HABANA_VISIBLE_MODULES='0,1'" in str(
+        raised.value)

@@ -29,6 +29,13 @@ def _environment_from_launcher() -> None:
     os.environ.setdefault("MASTER_PORT", "12345")
 
 
+# Habana's assertion, word for word with its line breaks (hccl/__init__.py `_setup_module_id`): scripts and tests
+# compare the text (lightning-habana's multi-tenancy test looks for it in a failed tenant's error)
+HABANA_NOT_ENOUGH_DEVICES = """There is not enough devices
+        available for training. Please verify if HABANA_VISIBLE_MODULES
+        is set correctly."""
+
+
 def _module_id(local_rank: int, world_size: int) -> None:
     if "HLS_MODULE_ID" in os.environ or local_rank == -1 or world_size == 1:
         return
@@ -39,11 +46,10 @@ def _module_id(local_rank: int, world_size: int) -> None:
             # Habana's bridge asserts the same (local rank N binds the Nth visible module). Ray is where users meet it:
             # its HPU accelerator manager narrows each worker's HABANA_VISIBLE_MODULES to that worker's own card.
             raise AssertionError(
-                f"There are not enough devices available for training: local rank {local_rank} but"
-                f" HABANA_VISIBLE_MODULES={visible!r}. Please verify that HABANA_VISIBLE_MODULES is set correctly."
+                f"{HABANA_NOT_ENOUGH_DEVICES} (hpu_nb: local rank {local_rank} but HABANA_VISIBLE_MODULES={visible!r}."
                 f" Under Ray, which sets each worker's HABANA_VISIBLE_MODULES to its own card only, start Ray with"
                 f" {RAY_NOSET_VISIBLE_MODULES}=1 in its environment (as Habana's software needs it too): every"
-                " worker then sees the node's cards and local rank N takes the Nth."
+                " worker then sees the node's cards and local rank N takes the Nth.)"
             )
         os.environ["HLS_MODULE_ID"] = modules[local_rank]
     else:

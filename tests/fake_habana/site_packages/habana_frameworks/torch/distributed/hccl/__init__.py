@@ -29,8 +29,9 @@ def _setup_module_id(local_rank=-1, world_size=1):
         return
     if "HABANA_VISIBLE_MODULES" in os.environ:
         visible = os.environ["HABANA_VISIBLE_MODULES"].split(",")
-        assert local_rank < len(visible), ("There is not enough devices available for training. Please verify if"
-                                           " HABANA_VISIBLE_MODULES is set correctly.")
+        assert local_rank < len(visible), """There is not enough devices
+        available for training. Please verify if HABANA_VISIBLE_MODULES
+        is set correctly."""  # Habana's text, line breaks included
         os.environ["HLS_MODULE_ID"] = visible[local_rank]
         return
     os.environ["HLS_MODULE_ID"] = str(local_rank)
