@@ -43,7 +43,7 @@ MULTI = (("hpu_ddp", "ddp"), ("hpu_deepspeed_stage_2", "deepspeed_stage_2"),
          ("hpu_deepspeed_stage_3", "deepspeed_stage_3"), ("hpu_fsdp", "fsdp"))
 BATCH = 16
 FP8_NOTE = ("a Gaudi's layout: its transformer engine keeps 1-byte fp8 copies of inputs, weights and gradients and "
-            "writes bf16 GEMM outputs; the emulated fp8 layers keep float32 copies, float32 GEMM outputs and work "
+            "writes its GEMM outputs in the activation dtype; the emulated fp8 layers keep float32 copies and work "
             "tensors reused between steps, so the emulated card measures more than a Gaudi holds")
 
 
