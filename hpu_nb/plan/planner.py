@@ -358,8 +358,8 @@ def _make_plan(model: nn.Module, batch: Any, size: int, sharding: StrategyModel,
         notes.append("fp8: nn.Linear layers traced as fp8 layers holding what a Gaudi's transformer engine holds "
                      "(1-byte fp8 copies of their inputs, weights and gradients saved for backward, outputs in the "
                      "activation dtype); the emulated card keeps float32 copies and reuses work tensors between "
-                     "steps, so it measures more (benchmarks/bench_plan.py prints both). Their delayed-scaling history is counted as "
-                     "buffers; its per-step update (a few bytes) is not traced.")
+                     "steps, so it measures more (benchmarks/bench_plan.py prints both). Their delayed-scaling "
+                     "history is counted as buffers; its per-step update (a few bytes) is not traced.")
     trace = trace_step(model, batch, device=device, forward_context=forward, scale_loss=precision == "16-mixed",
                        param_dtype=param_dtype, prepare=prepare, batch_size=size)
     compute_bytes = 4 if precision == "32-true" else 2
