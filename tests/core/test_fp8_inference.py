@@ -116,6 +116,16 @@ def test_measurement_writes_habana_format_files(measured) -> None:
     all_x = torch.cat([b[0] for b in data()])
     assert first["inputs"][0] == pytest.approx(all_x.abs().max().item())
     assert stats["Nodes"]["head"]["outputs"][0] > 0 and x.shape == (64, 64)
+    # INC's other two files of one measurement: the module list and the NumPy archive (INC loads it so)
+    assert sorted(p.name for p in (fp8_dir / "inc_output").iterdir()) == [
+        "measure_hooks_maxabs.json", "measure_hooks_maxabs.npz", "measure_hooks_maxabs_mod_list.json"]
+    assert json.loads((fp8_dir / "inc_output" / "measure_hooks_maxabs_mod_list.json").read_text()) == [
+        "head", "net.0", "net.2"]
+    import numpy as np
+
+    archived = np.load(fp8_dir / "inc_output" / "measure_hooks_maxabs.npz", allow_pickle=True)["arr_0"].item()
+    assert archived["Mode"] == "DynamicRange" and archived["Nodes"]["net.0"]["inputs"][0] == pytest.approx(
+        first["inputs"][0])
 
 
 def test_round_trip_quantizes_in_a_fresh_process_within_a_few_percent(measured) -> None:
@@ -483,7 +493,8 @@ def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -
     files = sorted(p.name for p in (tmp_path / "fp8" / "inc_output").glob("measure_hooks_maxabs*.json"))
     # as Intel Neural Compressor names them: rank 0 converts before Lightning starts the other rank (no rank known
     # yet), rank 1 converts knowing it is rank 1 of 2
-    assert files == ["measure_hooks_maxabs.json", "measure_hooks_maxabs_1_2.json"]
+    assert files == ["measure_hooks_maxabs.json", "measure_hooks_maxabs_1_2.json", "measure_hooks_maxabs_1_2_mod_list.json",
+                     "measure_hooks_maxabs_mod_list.json"]
     reports = [json.loads((tmp_path / f"quantized{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["quantized"] for r in reports] == [["head", "net.0", "net.2"]] * 2
     assert all(1e-3 < r["relative_error"] < 0.06 for r in reports)

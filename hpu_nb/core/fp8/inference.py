@@ -229,7 +229,9 @@ def measurement_file(config: Mapping[str, Any], rank_world: tuple[int, int] | No
 
 def _present_measurements(config: Mapping[str, Any]) -> list[str]:
     base = Path(str(config["dump_stats_path"]) + f"_hooks_{config['observer']}")
-    return sorted(p.name for p in base.parent.glob(base.name + "*.json")) if base.parent.is_dir() else []
+    if not base.parent.is_dir():
+        return []
+    return sorted(p.name for p in base.parent.glob(base.name + "*.json") if not p.name.endswith("_mod_list.json"))
 
 
 def read_measurements(path: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ Each measure and quantize step is logged where INC logs on a Gaudi (`$HABANA_LOG
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from hpu_nb.emulator.fp8 import inc_log
@@ -167,12 +169,14 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
                 "No fp8 measurements were recorded: run trainer.predict(model, ...) (or the model's forward) after "
                 "convert_modules(model, inference=True, quant=False).")
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        try:  # all or nothing: a failed write (a full disk) leaves neither a partial file nor its temporary
-            tmp.write_text(json.dumps(recorder.document(), indent=1), encoding="utf-8")
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        document = recorder.document()
+        # INC's three files from one base name (save_measure/save_files.py): the measurements as JSON and as a NumPy
+        # archive, and the list of the modules it measured; hpu_nb reads the JSON
+        base = path.with_suffix("") if path.suffix == ".json" else path
+        _write_all_or_nothing(path, json.dumps(document, indent=1).encode())
+        _write_all_or_nothing(base.with_name(base.name + "_mod_list.json"),
+                              json.dumps(sorted(document["Nodes"])).encode())
+        _write_all_or_nothing(base.with_name(base.name + ".npz"), _npz_bytes(document))
         for hook in recorder.hooks:
             hook.remove()
         del self._recorders[model]
@@ -186,6 +190,27 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
             node = measurements["Nodes"][name]
             _set_submodule(model, name, Fp8QuantLinear(module, float(node["inputs"][0]), config["scale_method"]))
         return model
+
+
+def _write_all_or_nothing(path: Path, data: bytes) -> None:
+    """A failed write (a full disk) leaves neither a partial file nor its temporary."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _npz_bytes(document: Mapping[str, Any]) -> bytes:
+    """INC's archive: `np.savez(fname, d)`, the document as one object array `arr_0`, the measured values as arrays."""
+    nodes = {name: {"inputs": [np.array(v, dtype=np.float32) for v in node["inputs"]],
+                    "outputs": [np.array(v, dtype=np.float32) for v in node["outputs"]],
+                    "params": {k: np.array(v, dtype=np.float32) for k, v in node["params"].items()}}
+             for name, node in document["Nodes"].items()}
+    buffer = io.BytesIO()
+    np.savez(buffer, {**{k: v for k, v in document.items() if k != "Nodes"}, "Nodes": nodes})
+    return buffer.getvalue()
 
 
 def _check_against_measurements(model: torch.nn.Module, config: Mapping[str, Any],
