@@ -493,8 +493,8 @@ def test_two_card_measurement_files_are_found_by_a_two_card_quantize(tmp_path) -
     files = sorted(p.name for p in (tmp_path / "fp8" / "inc_output").glob("measure_hooks_maxabs*.json"))
     # as Intel Neural Compressor names them: rank 0 converts before Lightning starts the other rank (no rank known
     # yet), rank 1 converts knowing it is rank 1 of 2
-    assert files == ["measure_hooks_maxabs.json", "measure_hooks_maxabs_1_2.json", "measure_hooks_maxabs_1_2_mod_list.json",
-                     "measure_hooks_maxabs_mod_list.json"]
+    assert files == ["measure_hooks_maxabs.json", "measure_hooks_maxabs_1_2.json",
+                     "measure_hooks_maxabs_1_2_mod_list.json", "measure_hooks_maxabs_mod_list.json"]
     reports = [json.loads((tmp_path / f"quantized{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["quantized"] for r in reports] == [["head", "net.0", "net.2"]] * 2
     assert all(1e-3 < r["relative_error"] < 0.06 for r in reports)
