@@ -120,7 +120,7 @@ def test_measurement_writes_habana_format_files(measured) -> None:
     assert sorted(p.name for p in (fp8_dir / "inc_output").iterdir()) == [
         "measure_hooks_maxabs.json", "measure_hooks_maxabs.npz", "measure_hooks_maxabs_mod_list.json"]
     assert json.loads((fp8_dir / "inc_output" / "measure_hooks_maxabs_mod_list.json").read_text()) == [
-        "head", "net.0", "net.2"]
+        "net.0", "net.2", "head"]  # the modules prepared for measuring, in the model's order (INC's gmod_list)
     import numpy as np
 
     archived = np.load(fp8_dir / "inc_output" / "measure_hooks_maxabs.npz", allow_pickle=True)["arr_0"].item()

@@ -171,11 +171,11 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
         path.parent.mkdir(parents=True, exist_ok=True)
         document = recorder.document()
         # INC's three files from one base name (save_measure/save_files.py): the measurements as JSON and as a NumPy
-        # archive, and the list of the modules it measured; hpu_nb reads the JSON
+        # archive, and the modules prepared for measuring, in the model's order, whether or not they ran (INC's
+        # gmod_list); hpu_nb reads the JSON
         base = path.with_suffix("") if path.suffix == ".json" else path
         _write_all_or_nothing(path, json.dumps(document, indent=1).encode())
-        _write_all_or_nothing(base.with_name(base.name + "_mod_list.json"),
-                              json.dumps(sorted(document["Nodes"])).encode())
+        _write_all_or_nothing(base.with_name(base.name + "_mod_list.json"), json.dumps(list(recorder.types)).encode())
         _write_all_or_nothing(base.with_name(base.name + ".npz"), _npz_bytes(document))
         for hook in recorder.hooks:
             hook.remove()
