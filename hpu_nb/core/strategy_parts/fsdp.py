@@ -8,6 +8,7 @@ same rule so a script that runs here runs on a Gaudi.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -92,15 +93,10 @@ def _sharded_tensor_device(types: Any, args: Any = (), kwargs: Any = None, pg: A
     return torch.device(torch.cuda.current_device())
 
 
+@functools.cache
 def sharded_tensors_on_hpu() -> None:
-    """Register `_sharded_tensor_device` with torch's public hook for custom ShardedTensor ops (idempotent)."""
-    global _SHARDED_DEVICE_REGISTERED
-    if not _SHARDED_DEVICE_REGISTERED:
-        custom_sharded_op_impl(torch.Tensor.device.__get__)(_sharded_tensor_device)  # type: ignore[no-untyped-call]
-        _SHARDED_DEVICE_REGISTERED = True
-
-
-_SHARDED_DEVICE_REGISTERED = False
+    """Register `_sharded_tensor_device` with torch's public hook for custom ShardedTensor ops (once per process)."""
+    custom_sharded_op_impl(torch.Tensor.device.__get__)(_sharded_tensor_device)  # type: ignore[no-untyped-call]
 
 
 class HPUFSDPPrecisionMixin(FSDPPrecisionHost):
