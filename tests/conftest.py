@@ -7,6 +7,7 @@ import os
 import pytest
 
 import hpu_nb.runtime as runtime
+from hpu_nb.emulator import hpu_device
 from hpu_nb.emulator.fp8 import inc_log
 from tests.helpers.cpu_info_once import ask_cpu_info_once
 from tests.helpers.notebook_runs import record_nbmake_runs
@@ -41,12 +42,21 @@ def fresh_backend(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LOG_LEVEL_INC", "6")
     inc_log.reset()
     runtime.reset_backend()
+    _default_card()
     yield
     inc_log.reset()
     runtime.reset_backend()
     _restore_default_autocast_lists()
     monkeypatch.undo()  # the test's own setenv / delenv are not leaks
     _restore_environment(before)
+
+
+def _default_card() -> None:
+    """A card started earlier on this worker keeps the configuration it started with (the card in force, as in a
+    user's process): a test that first used it under HPU_NB_DEVICE=gaudi would leave every later test a first-generation
+    Gaudi. Put it back to the clean environment's card."""
+    if hpu_device.is_loaded():
+        hpu_device.configure(hpu_device.config_from_environment())
 
 
 def _restore_environment(before: dict[str, str]) -> None:
