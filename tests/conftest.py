@@ -77,8 +77,6 @@ def _restore_default_autocast_lists() -> None:
     """Op lists are process-wide (as on a Gaudi): a test that loaded its own must not leave them to the next one."""
     import warnings
 
-    from hpu_nb.emulator import hpu_device
-
     if hpu_device.is_loaded():
         from hpu_nb.emulator.hpu_device import autocast
 
