@@ -197,6 +197,42 @@ def test_hccl_is_imported_and_initialised_before_the_process_group(monkeypatch):
         assert "HLS_MODULE_ID" not in os.environ
 
 
+@pytest.mark.parametrize("flavour", ["trainer", "fabric"])
+def test_a_subclass_setup_hccl_env_runs_once_before_the_process_group_with_the_ranks_place(monkeypatch, flavour):
+    """lightning-habana's `setup_hccl_env` hook: a subclass that overrides it (and calls super()) runs before
+    `init_process_group`, once the world size is known, for the Trainer's strategy and for Fabric's."""
+    from lightning.fabric.plugins.environments import LightningEnvironment
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    from hpu_nb import fabric as hpu_fabric
+
+    base = HPUParallelStrategy if flavour == "trainer" else hpu_fabric.HPUParallelStrategy
+    events: list[tuple[str, int]] = []
+
+    class Custom(base):  # type: ignore[misc, valid-type]
+        def setup_hccl_env(self) -> None:
+            events.append(("setup_hccl_env", self.world_size))
+            super().setup_hccl_env()
+
+    original = torch.distributed.init_process_group
+
+    def recording_init(*args, **kwargs):
+        events.append(("init_process_group", kwargs.get("world_size", -1)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setenv("MASTER_PORT", str(find_free_network_port()))
+    monkeypatch.setattr(torch.distributed, "init_process_group", recording_init)
+    strategy = Custom(parallel_devices=[torch.device("hpu")], cluster_environment=LightningEnvironment())
+    strategy.accelerator = HPUAccelerator() if flavour == "trainer" else hpu_fabric.HPUAccelerator()
+    try:
+        strategy.setup_environment()
+        assert torch.distributed.get_backend() == "hccl"
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert events == [("setup_hccl_env", 1), ("init_process_group", 1)]
+
+
 def test_more_processes_than_visible_modules_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "2")
     with install_fake_habana(device_count=8) as fake:

@@ -191,15 +191,22 @@ class HPUParallelMixin(ParallelStrategyHost):
         return self._prepare_hpu_distributed()
 
     def _prepare_hpu_distributed(self) -> str:
-        """HCCL set-up on a Gaudi (import, initialize_distributed_hpu); returns the process-group backend."""
-        backend = hpu_dist.initialize_distributed(
+        """HCCL set-up (`setup_hccl_env`); returns the process-group backend."""
+        self.setup_hccl_env()
+        self._process_group_backend = self._process_group_backend or hpu_dist.process_group_backend()
+        return self._process_group_backend
+
+    def setup_hccl_env(self) -> None:
+        """Get this process ready for HCCL: import it (it registers "hccl") and `initialize_distributed_hpu` (it binds
+        the rank to its card). lightning-habana's hook, kept for its subclasses (override it and call super()). Called
+        right before the process group is made, by every HPU strategy (the plugin called it from `setup_environment`,
+        which DeepSpeed's and FSDP's set-ups do not pass through here)."""
+        hpu_dist.initialize_distributed(
             world_size=self.world_size,
             rank=self.global_rank,
             local_rank=self.local_rank,
             local_world_size=self.num_processes,
         )
-        self._process_group_backend = self._process_group_backend or backend
-        return self._process_group_backend
 
     # -- collectives ----------------------------------------------------------------------------------------------
     @override
