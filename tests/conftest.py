@@ -9,6 +9,7 @@ import pytest
 import hpu_nb.runtime as runtime
 from hpu_nb.emulator import hpu_device
 from hpu_nb.emulator.fp8 import inc_log
+from tests.helpers import kernel_nudge
 from tests.helpers.cpu_info_once import ask_cpu_info_once
 from tests.helpers.notebook_runs import record_nbmake_runs
 from tests.suite_marks import MeasuredSlow
@@ -111,10 +112,18 @@ from tests.fake_habana.fixture import fake_gaudi, fake_hlsmi, make_fake_gaudi, n
 
 def pytest_configure(config: pytest.Config) -> None:
     """The tests measured at more than ~5 s are slow too (tests/suite_marks.py): `make test-fast` leaves them out.
-    Under --nbmake the tutorial tests read the notebooks nbmake executed (tests/helpers/notebook_runs.py)."""
+    Under --nbmake the tutorial tests read the notebooks nbmake executed (tests/helpers/notebook_runs.py). Notebook
+    cells a loaded kernel never saw are nudged (tests/helpers/kernel_nudge.py)."""
     config.pluginmanager.register(MeasuredSlow(), "hpu_nb-measured-slow")
     if config.getoption("nbmake", default=False):
         record_nbmake_runs()
+    kernel_nudge.install()  # a cell whose request a loaded kernel never saw (ipykernel#1554) is nudged, and said
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The cells a nudge started (tests/helpers/kernel_nudge.py): each was a notebook stall that would have failed."""
+    for first_line, waited in kernel_nudge.NUDGES:
+        terminalreporter.write_line(f"kernel nudged after {waited} s (ipykernel#1554), cell: {first_line[:80]!r}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
