@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import operator
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -252,13 +251,12 @@ def quant_config_dir() -> Path:
     for that."""
     from hpu_nb.core.fp8.inference import default_data_dir, dump_stats_path  # noqa: PLC0415 -- lazy
     from hpu_nb.runtime import cache_dir  # noqa: PLC0415 -- lazy
+    from hpu_nb.runtime.files import write_file_atomically  # noqa: PLC0415 -- lazy
 
     folder = Path(cache_dir()) / "lightning_habana" / "quant_config" / "fp8"
     folder.mkdir(parents=True, exist_ok=True)
     for name, document in _default_configs(str(dump_stats_path(default_data_dir()))).items():
         target = folder / name
         if not target.exists():
-            temporary = folder / f".{name}.{os.getpid()}.tmp"
-            temporary.write_text(json.dumps(document), encoding="utf-8")
-            temporary.replace(target)  # atomic: processes starting together never read half a file
+            write_file_atomically(target, json.dumps(document))  # processes starting together never read half a file
     return folder

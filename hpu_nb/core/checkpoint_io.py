@@ -25,7 +25,7 @@ from lightning.pytorch.plugins.io.torch_plugin import TorchCheckpointIO
 from typing_extensions import override
 
 from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.files import check_named_file
+from hpu_nb.runtime.files import check_named_file, process_umask
 
 __all__ = ["HPUCheckpointIO", "InvalidCheckpointError"]
 
@@ -194,7 +194,7 @@ def _atomic_local_save(checkpoint: dict[str, Any], path: str) -> None:
     fd, tmp_path = tempfile.mkstemp(prefix=f".{base}.{_HOST}-{os.getpid()}.", suffix=".tmp", dir=directory)
     _WRITING.add(tmp_path)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~process_umask())
         try:
             with os.fdopen(fd, "wb") as handle:  # closing flushes: a full disk can fail there too
                 torch.save(checkpoint, handle)
@@ -224,20 +224,6 @@ def _atomic_local_save(checkpoint: dict[str, Any], path: str) -> None:
 
 _WRITING: set[str] = set()  # temporary files this process is writing now (saves may run in a thread)
 _HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it (os.umask would, for every thread, for a moment)."""
-    try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _remove_stale_temp_files(directory: str) -> None:

@@ -1,15 +1,21 @@
-"""Reading the small files users name (op lists, fp8 configs and measurements, DeepSpeed configs) safely.
+"""Reading the small files users name (op lists, fp8 configs and measurements, DeepSpeed configs) safely, and writing
+small files so that no reader ever sees half of one.
 
 A path in an environment variable or an argument may name anything: `/dev/zero` (read forever: the kernel's OOM killer
 ended the first probe at 22 GB), a FIFO (blocks forever), a folder, or a huge file. `read_small_file` reads only a
 regular file, at most `limit` bytes, and never blocks on opening (O_NONBLOCK: a FIFO with no writer is refused, not
 waited on). Its error names the file and what it is.
+
+`write_file_atomically` is the one way hpu_nb writes a small file others may read at the same moment (ranks starting
+together, a quantize reading what a measure wrote): a temporary beside it, renamed over it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 SMALL_FILE_LIMIT = 64 << 20  # op lists and JSON configs are kilobytes; measurements of a big model, a few MB
@@ -73,3 +79,38 @@ def read_small_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_
     if len(data) > limit:
         raise UnreadableFileError(f"{what} {str(path)!r} grew past {limit:,} bytes while being read.")
     return data
+
+
+def process_umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for every thread, for a moment)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_file_atomically(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Write `data` (str: UTF-8) to `path` so that a reader sees the old file or the whole new one, never part of it,
+    and a failed write (a full disk) leaves neither a partial file nor its temporary.
+
+    The temporary lies beside `path` (mkstemp: a name no other process or thread takes) and is renamed over it (atomic
+    within one folder); the file gets the mode a plain `open(path, "w")` would give (the user's umask), not mkstemp's
+    0600, as teammates read these files in shared folders.
+    """
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        os.fchmod(handle, 0o666 & ~process_umask())
+        with os.fdopen(handle, "wb") as out:
+            out.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise

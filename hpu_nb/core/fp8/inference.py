@@ -44,7 +44,7 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.files import UnreadableFileError, check_named_file, read_small_file
+from hpu_nb.runtime.files import UnreadableFileError, check_named_file, read_small_file, write_file_atomically
 from hpu_nb.runtime.fp8 import Fp8EngineError
 
 MEASURE_CONFIG = "maxabs_measure.json"
@@ -342,9 +342,7 @@ def patch_json_file(path: Path, patch: Mapping[str, Any]) -> None:
     if not isinstance(document, dict):
         raise Fp8InferenceError(f"{path} holds a JSON {type(document).__name__}, not an object: it cannot be patched.")
     document.update(patch)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
-    temporary.replace(path)
+    write_file_atomically(path, json.dumps(document, indent=1))
 
 
 def _measurements_written_first(model: torch.nn.Module, config: Mapping[str, Any]) -> None:

@@ -32,6 +32,7 @@ import torch
 from hpu_nb.emulator.fp8 import inc_log
 from hpu_nb.emulator.fp8.numerics import INC_BACKOFF, amax, inc_scale, quantize, scaled_mm
 from hpu_nb.emulator.fp8.training import Fp8Linear, active_recipe, emulated_fp8_autocast, fp8_enabled  # noqa: F401
+from hpu_nb.runtime.files import write_file_atomically
 from hpu_nb.runtime.fp8 import Fp8Engine, Fp8EngineError
 from hpu_nb.runtime.fp8.transformer_engine import TransformerEngineTraining
 
@@ -174,9 +175,9 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
         # archive, and the modules prepared for measuring, in the model's order, whether or not they ran (INC's
         # gmod_list); hpu_nb reads the JSON
         base = path.with_suffix("") if path.suffix == ".json" else path
-        _write_all_or_nothing(path, json.dumps(document, indent=1).encode())
-        _write_all_or_nothing(base.with_name(base.name + "_mod_list.json"), json.dumps(list(recorder.types)).encode())
-        _write_all_or_nothing(base.with_name(base.name + ".npz"), _npz_bytes(document))
+        write_file_atomically(path, json.dumps(document, indent=1).encode())
+        write_file_atomically(base.with_name(base.name + "_mod_list.json"), json.dumps(list(recorder.types)).encode())
+        write_file_atomically(base.with_name(base.name + ".npz"), _npz_bytes(document))
         for hook in recorder.hooks:
             hook.remove()
         del self._recorders[model]
@@ -190,16 +191,6 @@ class EmulatedFp8Engine(TransformerEngineTraining, Fp8Engine):
             node = measurements["Nodes"][name]
             _set_submodule(model, name, Fp8QuantLinear(module, float(node["inputs"][0]), config["scale_method"]))
         return model
-
-
-def _write_all_or_nothing(path: Path, data: bytes) -> None:
-    """A failed write (a full disk) leaves neither a partial file nor its temporary."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _npz_bytes(document: Mapping[str, Any]) -> bytes:
