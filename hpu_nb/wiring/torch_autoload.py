@@ -29,6 +29,16 @@ def load() -> None:
     if real_habana_spec() is not None:
         return  # Habana's software provides the hpu device (its own autoload entry point loads it)
     from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- lazy: never needed on a Gaudi
+
+    if not hasattr(hpu_device, "load_library_if_built"):  # half made: `import torch` is its own (hpu_device's top)
+        hpu_device.when_imported = _load_emulated_device
+        return
+    _load_emulated_device()
+
+
+def _load_emulated_device() -> None:
+    """The library (when built), and what Habana's autoload would import: torch.hpu, HCCL at first use."""
+    from hpu_nb.emulator import hpu_device  # noqa: PLC0415 -- lazy: never needed on a Gaudi
     from hpu_nb.runtime.generations import EMULATED_RELEASE  # noqa: PLC0415 -- lazy: never needed on a Gaudi
 
     try:

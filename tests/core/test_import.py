@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def _run(code: str) -> str:
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
@@ -42,6 +44,24 @@ def test_lightning_learns_hpu_whichever_is_imported_first():
             """
         )
         assert out == "True True", order
+
+
+@pytest.mark.parametrize("first", ["import torch", "from hpu_nb.emulator import hpu_device",
+                                   "import hpu_nb.emulator.hpu_device.build"])
+def test_the_device_library_is_loaded_by_the_end_of_the_first_import_of_torch(first):
+    """torch's autoload loads the emulated device's library during `import torch`, whichever module imports torch
+    first: also when that is the device's own module (a test suite's conftest, `python -m hpu_nb.emulator.hpu_device`),
+    which the autoload finds half made. It was skipped there, and in pytest a later first use of the device came too
+    late for torch's hooks: a fake-Gaudi test run first made the next emulated tests fail (DeviceLoadedTooLateError)."""
+    out = _run(
+        f"""
+        {first}
+        import sys
+        device = sys.modules["hpu_nb.emulator.hpu_device"]
+        print(device._library is not None, "when_imported" not in vars(device))
+        """
+    )
+    assert out == "True True", first
 
 
 def test_public_names_resolve():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,12 @@ from hpu_nb.emulator.hpu_device import build, hccl
 from hpu_nb.runtime.base import MEMORY_STAT_KEYS  # the device's counters come back in this order
 from hpu_nb.runtime.env import lazy_mode_from_env, parse_size
 from hpu_nb.runtime.generations import EMULATED_RELEASE, GENERATIONS, Generation
+
+# torch's autoload (hpu_nb.wiring.torch_autoload) loads the device's library during `import torch`. When that import is
+# this module's own (torch first imported at its top: a test suite's conftest, `python -m hpu_nb.emulator.hpu_device`),
+# the autoload finds this module half made and leaves its work in `when_imported` instead, run at the end of this
+# module. Declared without a value, so this line keeps what the autoload set.
+when_imported: Callable[[], None] | None
 
 __all__ = [
     "CardConfig",
@@ -252,3 +259,9 @@ def _activate() -> None:
     hccl.register()
     backward.install()  # backward on the calling thread, as the CPU's: no device threads, forks keep autograd
     os.register_at_fork(after_in_child=torch.ops.hpu_emu.fresh_card)
+
+
+_deferred = globals().pop("when_imported", None)  # torch's autoload ran during this module's `import torch` (the top)
+if _deferred is not None:
+    _deferred()
+del _deferred
