@@ -6,10 +6,12 @@ pytest-xdist's LoadScopeScheduling with its own `_split_scope`, and tests/helper
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
 import inspect
 import queue
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -111,6 +113,13 @@ class _KernelThatMissedTheRequest:
         return "info"
 
 
+def _run_in_own_thread(coroutine: Any) -> Any:
+    """asyncio.run on a thread of its own: nbclient, run earlier on this worker, may leave this thread's loop marked
+    running (asyncio.run refuses to start there)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 async def _poll(client: NotebookClient, cell: nbformat.NotebookNode, msg_id: str) -> dict[str, object]:
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     done.set_result(None)
@@ -130,7 +139,7 @@ def test_a_cell_the_kernel_never_saw_is_nudged_and_its_reply_arrives(monkeypatch
         reply = await _poll(client, cell, "exec-1")
         return reply, client.kc.kernel_info_requests
 
-    reply, nudges = asyncio.run(run())
+    reply, nudges = _run_in_own_thread(run())
     assert reply["parent_header"] == {"msg_id": "exec-1"} and nudges == 1
     assert [line for line, _ in kernel_nudge.NUDGES] == ["trainer.fit(model)"]
     assert "shell.execute_reply" in cell["metadata"]["execution"]
@@ -148,5 +157,5 @@ def test_a_running_cell_is_never_nudged(monkeypatch: pytest.MonkeyPatch) -> None
         reply = await _poll(client, cell, "exec-2")
         return reply, client.kc.kernel_info_requests
 
-    reply, nudges = asyncio.run(run())
+    reply, nudges = _run_in_own_thread(run())
     assert reply["parent_header"] == {"msg_id": "exec-2"} and nudges == 0 and kernel_nudge.NUDGES == []
