@@ -7,7 +7,8 @@ regular file, at most `limit` bytes, and never blocks on opening (O_NONBLOCK: a 
 waited on). Its error names the file and what it is.
 
 `write_file_atomically` is the one way hpu_nb writes a small file others may read at the same moment (ranks starting
-together, a quantize reading what a measure wrote): a temporary beside it, renamed over it.
+together, a quantize reading what a measure wrote): a temporary beside it (`write_temporary_beside`, also for writers
+that rename several at once), renamed over it.
 """
 
 from __future__ import annotations
@@ -95,22 +96,31 @@ def process_umask() -> int:
     return mask
 
 
-def write_file_atomically(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Write `data` (str: UTF-8) to `path` so that a reader sees the old file or the whole new one, never part of it,
-    and a failed write (a full disk) leaves neither a partial file nor its temporary.
-
-    The temporary lies beside `path` (mkstemp: a name no other process or thread takes) and is renamed over it (atomic
-    within one folder); the file gets the mode a plain `open(path, "w")` would give (the user's umask), not mkstemp's
-    0600, as teammates read these files in shared folders.
-    """
+def write_temporary_beside(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """Write `data` (str: UTF-8) to a new temporary file beside `path` and return it, for the caller to rename over
+    `path` (atomic within one folder); a failed write leaves nothing. The name is mkstemp's, which no other process or
+    thread takes; the mode is what a plain `open(path, "w")` would give (the user's umask), not mkstemp's 0600, as
+    teammates read these files in shared folders."""
     target = Path(path)
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         os.fchmod(handle, 0o666 & ~process_umask())
         with os.fdopen(handle, "wb") as out:
             out.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        raise
+    return Path(temporary)
+
+
+def write_file_atomically(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Write `data` (str: UTF-8) to `path` so that a reader sees the old file or the whole new one, never part of it,
+    and a failed write (a full disk) leaves neither a partial file nor its temporary (`write_temporary_beside`,
+    renamed over `path`)."""
+    temporary = write_temporary_beside(path, data)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
         raise

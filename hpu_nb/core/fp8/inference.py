@@ -44,7 +44,13 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from hpu_nb.runtime import get_backend
-from hpu_nb.runtime.files import UnreadableFileError, check_named_file, read_small_file, write_file_atomically
+from hpu_nb.runtime.files import (
+    UnreadableFileError,
+    check_named_file,
+    read_small_file,
+    write_file_atomically,
+    write_temporary_beside,
+)
 from hpu_nb.runtime.fp8 import Fp8EngineError
 
 MEASURE_CONFIG = "maxabs_measure.json"
@@ -422,9 +428,7 @@ def _files_if_it_succeeds(directory: Path, documents: Mapping[str, Any]) -> Iter
     temporaries: dict[Path, Path] = {}
     try:
         for name, document in documents.items():
-            temporary = directory / f".{name}.{os.getpid()}.tmp"
-            temporaries[temporary] = directory / name
-            temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
+            temporaries[write_temporary_beside(directory / name, json.dumps(document, indent=1))] = directory / name
         yield
         for temporary, final in list(temporaries.items()):
             temporary.replace(final)  # a rename within one folder: atomic
